@@ -1,0 +1,386 @@
+"""The ``aaco`` command line.
+
+Exit codes: 0 success; 1 an unexpected failure (a bug: the log says where); 2 bad usage or bad
+input (a missing or corrupt file, a config that does not validate), reported as one clear line
+naming the file and what is wrong, without a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from . import __version__
+from .config import AgentConfig, load_config
+from .errors import AacoError, ConfigError
+from .service import AgentService, run_until_stopped
+
+app = typer.Typer(
+    name="aaco",
+    help="AACO: GPU observability agent. Kernel traces, GPU telemetry and scheduler events become "
+    "OpenTelemetry traces and metrics, Prometheus metrics and a Parquet lake, with analyzers that "
+    "say where the time went and why latency changed.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    add_completion=False,
+)
+config_app = typer.Typer(help="Work with agent configuration files.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+out_console = Console()
+if not out_console.is_terminal:  # piped or captured: wide enough for the summary table on one line
+    out_console = Console(width=140)
+err_console = Console(stderr=True)
+log = logging.getLogger("aaco")
+
+
+def setup_logging(level: str) -> None:
+    """Log to stderr at ``level``."""
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+
+
+class RichProgress:
+    """Progress bars on stderr (rich), one per task; thread-safe."""
+
+    def __init__(self, console: Console) -> None:
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
+        self._tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> RichProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def start(self, task: str, total: int | None) -> None:
+        """Begin a bar."""
+        self._tasks[task] = self._progress.add_task(task, total=total)
+
+    def advance(self, task: str, steps: int = 1) -> None:
+        """Move a bar."""
+        if task in self._tasks:
+            self._progress.advance(self._tasks[task], steps)
+
+    def finish(self, task: str) -> None:
+        """Remove a finished bar."""
+        tid = self._tasks.pop(task, None)
+        if tid is not None:
+            self._progress.remove_task(tid)
+
+
+def _fail(exc: AacoError) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True, soft_wrap=True)
+    return typer.Exit(2)
+
+
+def _exporter_overrides(
+    out: Path | None, metrics_port: int | None, otlp_endpoint: str | None, serve: bool = False
+) -> dict[str, Any]:
+    ex: dict[str, Any] = {"prometheus": {"enabled": metrics_port is not None or serve}}
+    if metrics_port is not None:
+        ex["prometheus"]["port"] = metrics_port
+    if out is not None:
+        ex["lake"] = {"path": str(out)}
+    if otlp_endpoint:
+        ex["otlp"] = {"endpoint": otlp_endpoint}
+    return {"exporters": ex}
+
+
+def _report_problems(service: AgentService) -> bool:
+    """Print fatal input problems; True if there were any."""
+    fatal = [p for p in service.problems if p.fatal]
+    for p in fatal:
+        err_console.print(f"[bold red]error:[/] {p.subject}: {p.message}", highlight=False, soft_wrap=True)
+    skipped = [p for p in service.problems if not p.fatal]
+    for p in skipped[:20]:
+        err_console.print(f"[yellow]warning:[/] {p.subject}: {p.message}", highlight=False, soft_wrap=True)
+    return bool(fatal)
+
+
+def _fmt(v: float | None, scale: float = 1.0, digits: int = 3) -> str:
+    return "-" if v is None else f"{v * scale:.{digits}f}"
+
+
+def summary_table(service: AgentService) -> Table:
+    """The end-of-run summary: latency, throughput, kernels, KAR, launch tax, active ratio per model."""
+    snap = service.final_snapshot
+    table = Table(title="AACO summary", title_justify="left")
+    for col in (
+        "model",
+        "iterations",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "it/s",
+        "kernels/it",
+        "KAR",
+        "launch tax",
+        "device active",
+    ):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    if snap is None:
+        return table
+    doc = snap.to_dict()
+    lat = doc.get("latency", {}).get("models", {})
+    kar = doc.get("kar", {}).get("models", {})
+    launch = doc.get("launch", {}).get("models", {})
+    active = {}
+    for w in doc.get("activity", {}).get("devices", []):
+        active.setdefault(w["run_id"].split(":")[0], []).append(f"{w['device']} {w['active_ratio']:.2f}")
+    for model in sorted(set(lat) | set(kar) | set(launch)):
+        lm, km, la = lat.get(model, {}), kar.get(model, {}), launch.get(model, {})
+        tax = la.get("launch_tax")
+        table.add_row(
+            model,
+            str(lm.get("iterations", "-")),
+            _fmt(lm.get("p50_s"), 1e3),
+            _fmt(lm.get("p95_s"), 1e3),
+            _fmt(lm.get("p99_s"), 1e3),
+            _fmt(lm.get("throughput_per_s"), digits=1),
+            _fmt(km.get("kernels_per_iteration"), digits=1),
+            _fmt(km.get("kar")),
+            "-" if tax is None else f"{tax:.3f} ({la.get('band')})",
+            ", ".join(active.get(model, [])) or "-",
+        )
+    return table
+
+
+@app.command()
+def run(
+    model: Annotated[
+        Path | None,
+        typer.Option(
+            "--model", "-m", help="ONNX model (default: light_resnet50.onnx from the onnx wheel, no download)."
+        ),
+    ] = None,
+    iterations: Annotated[int, typer.Option("--iterations", "-n", min=1, help="Timed iterations.")] = 20,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Untimed warmup iterations.")] = 3,
+    provider: Annotated[
+        str,
+        typer.Option(
+            "--provider", help="ONNX Runtime execution provider: auto|cpu|cuda|rocm|migraphx (auto: the best present)."
+        ),
+    ] = "auto",
+    out: Annotated[Path, typer.Option("--out", "-o", help="Lake directory.")] = Path("aaco-data"),
+    metrics_port: Annotated[
+        int | None,
+        typer.Option("--metrics-port", min=0, max=65535, help="Serve Prometheus metrics on this port while running."),
+    ] = None,
+    otlp_endpoint: Annotated[str | None, typer.Option("--otlp-endpoint", help="Send traces over OTLP here.")] = None,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
+    log_level: Annotated[str, typer.Option("--log-level", help="debug|info|warning|error")] = "warning",
+) -> None:
+    """Run an ONNX model under ONNX Runtime with profiling, analyse it, write the lake, print a summary."""
+    setup_logging(log_level)
+    from .run.models import load_model, resolve_model
+    from .run.session import resolve_provider
+
+    try:
+        model_path = resolve_model(model)
+        load_model(model_path)
+        resolve_provider(provider)
+        source = {
+            "type": "ort",
+            "model": str(model_path),
+            "iterations": iterations,
+            "warmup": warmup,
+            "provider": provider,
+            "cycles": 1,
+        }
+        overrides = {"sources": [source], **_exporter_overrides(out, metrics_port, otlp_endpoint)}
+        config = load_config(None, overrides)
+    except AacoError as exc:
+        raise _fail(exc) from None
+    service = _run_service(config, progress=not no_progress, stop_when_done=True)
+    out_console.print(summary_table(service))
+    out_console.print(f"lake: {out.resolve()}", highlight=False)
+
+
+def _run_service(
+    config: AgentConfig, *, progress: bool, stop_when_done: bool, reload_config: Any = None
+) -> AgentService:
+    bars = RichProgress(err_console) if progress and err_console.is_terminal else None
+    service = AgentService(config, progress=bars)
+    try:
+        if bars is not None:
+            with bars:
+                run_until_stopped(service, stop_when_sources_done=stop_when_done, reload_config=reload_config)
+        else:
+            run_until_stopped(service, stop_when_sources_done=stop_when_done, reload_config=reload_config)
+    except AacoError as exc:
+        service.shutdown()
+        raise _fail(exc) from None
+    if _report_problems(service):
+        raise typer.Exit(2)
+    return service
+
+
+@app.command()
+def replay(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Trace files or directories (ONNX Runtime profiles, Kineto/PyTorch profiler JSON; .gz accepted)."
+        ),
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Lake directory.")] = Path("aaco-data"),
+    otlp_endpoint: Annotated[str | None, typer.Option("--otlp-endpoint", help="Send traces over OTLP here.")] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option("--metrics-port", min=0, max=65535, help="Serve Prometheus metrics on this port.")
+    ] = None,
+    serve: Annotated[
+        bool,
+        typer.Option(
+            "--serve", help="Keep /metrics up after the replay until SIGTERM/SIGINT (port 9464 unless --metrics-port)."
+        ),
+    ] = False,
+    model_name: Annotated[str | None, typer.Option("--model-name", help="Model name for the iterations.")] = None,
+    log_level: Annotated[str, typer.Option("--log-level", help="debug|info|warning|error")] = "warning",
+) -> None:
+    """Push trace files through the pipeline: lake, analysis, metrics and traces as if live."""
+    setup_logging(log_level)
+    from .sources.formats import expand, identify
+
+    bad = []
+    files = expand(paths)
+    if not files:
+        raise _fail(AacoError("no trace files found", subject=" ".join(map(str, paths))))
+    for f in files:
+        try:
+            identify(f)
+        except AacoError as exc:
+            bad.append(exc)
+    if bad:
+        for exc in bad[:-1]:
+            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        raise _fail(bad[-1])
+    source = {"type": "replay", "paths": [str(p) for p in paths], "model": model_name}
+    try:
+        config = load_config(
+            None, {"sources": [source], **_exporter_overrides(out, metrics_port, otlp_endpoint, serve)}
+        )
+    except AacoError as exc:
+        raise _fail(exc) from None
+    service = _run_service(config, progress=True, stop_when_done=not serve)
+    if not serve:
+        out_console.print(summary_table(service))
+    err_console.print(f"replayed {len(files)} file(s) into {out.resolve()}", highlight=False)
+
+
+@app.command()
+def agent(
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="YAML config (default: the embedded one: "
+            "the default model under ONNX Runtime, lake ./aaco-data, "
+            "metrics on 127.0.0.1:9464).",
+        ),
+    ] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option("--metrics-port", min=0, max=65535, help="Override exporters.prometheus.port.")
+    ] = None,
+    lake: Annotated[Path | None, typer.Option("--lake", help="Override exporters.lake.path.")] = None,
+    log_level: Annotated[str | None, typer.Option("--log-level", help="Override log_level.")] = None,
+) -> None:
+    """Run the long-lived agent (DaemonSet mode) until SIGTERM/SIGINT; SIGHUP reloads the config file."""
+    overrides: dict[str, Any] = {}
+    if metrics_port is not None:
+        overrides.setdefault("exporters", {})["prometheus"] = {"port": metrics_port, "enabled": True}
+    if lake is not None:
+        overrides.setdefault("exporters", {})["lake"] = {"path": str(lake)}
+    if log_level is not None:
+        overrides["log_level"] = log_level
+    try:
+        cfg = load_config(config, overrides)
+    except AacoError as exc:
+        raise _fail(exc) from None
+    setup_logging(cfg.log_level)
+    reload_config = (lambda: load_config(config, overrides)) if config is not None else None
+    _run_service(cfg, progress=False, stop_when_done=False, reload_config=reload_config)
+
+
+@config_app.command("check")
+def config_check(
+    file: Annotated[Path, typer.Argument(help="The YAML configuration to validate.")],
+) -> None:
+    """Validate a configuration (with AACO_* environment overrides) and list every error with its path."""
+    try:
+        cfg = load_config(file)
+    except ConfigError as exc:
+        err_console.print(str(exc), highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    kinds = ", ".join(s.type for s in cfg.sources) or "none"
+    out_console.print(f"{file}: ok (node {cfg.node}; sources: {kinds})", highlight=False)
+
+
+@app.command()
+def graph(
+    model: Annotated[Path, typer.Argument(help="ONNX model file.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Summarise an ONNX graph: node count including subgraphs, op histogram, opsets (the KAR denominator)."""
+    from aaco.analyzers.graph import summarize
+
+    from .run.models import load_model
+
+    try:
+        summary = summarize(load_model(model))
+    except AacoError as exc:
+        raise _fail(exc) from None
+    doc = summary.to_dict()
+    if as_json:
+        out_console.print_json(json.dumps(doc))
+        return
+    out_console.print(
+        f"{model}: {doc['nodes']} nodes ({doc['top_level_nodes']} top level, "
+        f"{doc['subgraphs']} subgraphs), opset {doc['opset']}",
+        highlight=False,
+    )
+    table = Table("op", "count")
+    for op, n in doc["ops"].items():
+        table.add_row(op, str(n))
+    out_console.print(table)
+
+
+@app.command()
+def version() -> None:
+    """Print the versions of AACO and of the runtimes it uses."""
+    import onnxruntime
+    import pyarrow
+
+    out_console.print(
+        f"aaco {__version__} (python {platform.python_version()}, onnxruntime {onnxruntime.__version__}, "
+        f"pyarrow {pyarrow.__version__})",
+        highlight=False,
+    )
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app(prog_name="aaco")

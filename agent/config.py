@@ -1,0 +1,334 @@
+"""The agent's configuration: one YAML file, typed and validated, every field documented.
+
+Shape: ``node``, ``sources: [{type: ...}]``, ``exporters: {prometheus, otlp, lake}``,
+``receivers: {otlp}``, ``analyzers: {...}``, ``pipeline: {...}``, ``log_level``. Unknown keys are
+errors. Every value can be overridden from the environment as ``AACO_<SECTION>_<KEY>`` (for example
+``AACO_EXPORTERS_PROMETHEUS_PORT=9500`` or ``AACO_NODE=gpu-7``; a value is read as YAML, so
+``AACO_SOURCES='[{type: ort}]'`` replaces the source list), and command-line flags override both.
+Relative paths are relative to the working directory, as on the command line.
+
+``load_config`` reports *every* problem at once, each with its path (``sources[1].paths``), so a
+broken file is fixed in one pass.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from aaco.exporters.lake import LakeConfig
+from aaco.exporters.prometheus import PrometheusConfig
+from pydantic import (
+    BaseModel,
+    Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    conint,
+)
+
+from .config_base import StrictModel
+from .errors import ConfigError
+from .sources import REGISTRY
+
+ENV_PREFIX = "AACO_"
+
+SourceConfig = Annotated[
+    Union[tuple(cfg for cfg, _ in REGISTRY.values())],  # noqa: UP007 - built from the registry at import
+    Field(discriminator="type"),
+]
+
+
+class TlsConfig(StrictModel):
+    """TLS for an OTLP connection."""
+
+    insecure: bool = Field(False, description="Plaintext (no TLS); the default for http:// endpoints.")
+    ca_file: Path | None = Field(None, description="CA bundle to verify the server (default: system roots).")
+    cert_file: Path | None = Field(None, description="Client certificate (mutual TLS).")
+    key_file: Path | None = Field(None, description="Client private key (mutual TLS).")
+
+
+class OtlpConfig(StrictModel):
+    """OTLP export of traces and metrics to a collector or backend."""
+
+    endpoint: str | None = Field(None, description="e.g. http://collector:4317 (gRPC) or :4318 (HTTP); null: off.")
+    protocol: Literal["grpc", "http/protobuf"] = Field("grpc", description="OTLP transport.")
+    headers: dict[str, str] = Field(default_factory=dict, description="Extra headers (authentication).")
+    compression: Literal["gzip", "none"] = Field("gzip", description="Payload compression.")
+    timeout_s: PositiveFloat = Field(10.0, description="Per-request timeout.")
+    tls: TlsConfig = Field(default_factory=TlsConfig, description="TLS settings.")
+    queue_max_spans: PositiveInt = Field(100_000, description="Bound of the export queue (oldest dropped first).")
+    max_kernel_spans_per_trace: PositiveInt = Field(2000, description="Beyond it kernels are summarised.")
+
+
+class ExportersConfig(StrictModel):
+    """Where results go."""
+
+    prometheus: PrometheusConfig = Field(default_factory=PrometheusConfig, description="Scrape endpoint.")
+    otlp: OtlpConfig = Field(default_factory=OtlpConfig, description="OTLP traces and metrics.")
+    lake: LakeConfig = Field(default_factory=LakeConfig, description="Local Parquet lake.")
+
+
+class OtlpReceiverConfig(StrictModel):
+    """The node's OTLP receiver, for applications' own spans."""
+
+    enabled: bool = Field(False, description="Accept OTLP from applications on this node.")
+    address: str = Field("127.0.0.1", description="Bind address (the chart uses the node IP).")
+    grpc_port: conint(ge=0, le=65535) = Field(4317, description="OTLP/gRPC port.")  # type: ignore[valid-type]
+    http_port: conint(ge=0, le=65535) = Field(4318, description="OTLP/HTTP port.")  # type: ignore[valid-type]
+
+
+class ReceiversConfig(StrictModel):
+    """Inbound protocols."""
+
+    otlp: OtlpReceiverConfig = Field(default_factory=OtlpReceiverConfig, description="OTLP receiver.")
+
+
+class LatencyAnalyzerConfig(StrictModel):
+    """Iteration latency statistics."""
+
+    window: PositiveInt = Field(10_000, description="Recent iterations the quantiles are computed over.")
+
+
+class LaunchAnalyzerConfig(StrictModel):
+    """Launch tax."""
+
+    microkernel_threshold_us: PositiveFloat = Field(10.0, description="Kernels shorter than this are microkernels.")
+
+
+class AnalyzersConfig(StrictModel):
+    """Analyzer settings."""
+
+    latency: LatencyAnalyzerConfig = Field(default_factory=LatencyAnalyzerConfig, description="Latency.")
+    launch: LaunchAnalyzerConfig = Field(default_factory=LaunchAnalyzerConfig, description="Launch tax.")
+    max_models: PositiveInt = Field(256, description="Models tracked at once (bounds label sets).")
+
+
+class PipelineConfig(StrictModel):
+    """Bounds and timings of the pipeline."""
+
+    queue_max_batches: PositiveInt = Field(1024, description="Bus capacity in batches.")
+    queue_max_events: PositiveInt = Field(1_000_000, description="Bus capacity in events.")
+    correlator_hold_s: NonNegativeFloat = Field(2.0, description="How long a kernel waits for its iteration.")
+    correlator_max_pending_events: PositiveInt = Field(200_000, description="Kernels held at most.")
+    snapshot_interval_s: PositiveFloat = Field(5.0, description="How often analyzer results are published.")
+    shutdown_timeout_s: PositiveFloat = Field(10.0, description="Deadline for a clean shutdown.")
+    stall_timeout_s: PositiveFloat = Field(60.0, description="/healthz fails when the pipeline is stuck this long.")
+
+
+def default_node() -> str:
+    """The node name: $NODE_NAME (set by the chart from the downward API), else the host name."""
+    return os.environ.get("NODE_NAME") or os.environ.get("K8S_NODE_NAME") or socket.gethostname()
+
+
+class AgentConfig(StrictModel):
+    """The whole configuration of an agent."""
+
+    node: str = Field(default_factory=default_node, min_length=1, description="Node name on every event.")
+    sources: list[SourceConfig] = Field(default_factory=list, description="Inputs, each with a type.")
+    exporters: ExportersConfig = Field(default_factory=ExportersConfig, description="Outputs.")
+    receivers: ReceiversConfig = Field(default_factory=ReceiversConfig, description="Inbound protocols.")
+    analyzers: AnalyzersConfig = Field(default_factory=AnalyzersConfig, description="Analyzer settings.")
+    pipeline: PipelineConfig = Field(default_factory=PipelineConfig, description="Pipeline bounds.")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
+
+
+def embedded_default() -> dict[str, Any]:
+    """The configuration ``aaco agent`` runs without a file.
+
+    The default model under ONNX Runtime in cycles, the lake in ./aaco-data, metrics on
+    127.0.0.1:9464. No GPU and no server needed.
+    """
+    return {"sources": [{"type": "ort"}]}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Loading, overrides and error reporting
+
+
+def _field_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return None
+
+
+def _env_path(model: type[BaseModel], parts: list[str]) -> list[str] | None:
+    """Match upper-case env name parts against (nested) field names; longest field name first."""
+    if not parts:
+        return None
+    names = sorted(model.model_fields, key=len, reverse=True)
+    for name in names:
+        n = len(name.split("_"))
+        if [p.lower() for p in parts[:n]] == name.split("_"):
+            rest = parts[n:]
+            if not rest:
+                return [name]
+            sub = _field_model(model.model_fields[name].annotation)
+            if sub is None:
+                continue
+            tail = _env_path(sub, rest)
+            if tail is not None:
+                return [name, *tail]
+    return None
+
+
+def _set(doc: dict[str, Any], path: list[str], value: Any) -> None:
+    cur = doc
+    for key in path[:-1]:
+        nxt = cur.get(key)
+        if not isinstance(nxt, dict):
+            nxt = cur[key] = {}
+        cur = nxt
+    cur[path[-1]] = value
+
+
+def apply_env(doc: dict[str, Any], env: Mapping[str, str]) -> list[str]:
+    """Apply ``AACO_<SECTION>_<KEY>`` overrides to ``doc`` in place; return problems.
+
+    Variables whose first part is not a section (``AACO_REQUIRE_REAL``, ...) belong to others and
+    are left alone; one that names a section but no key in it is an error.
+    """
+    problems = []
+    sections = {name.split("_")[0].upper() for name in AgentConfig.model_fields}
+    for var in sorted(env):
+        if not var.startswith(ENV_PREFIX):
+            continue
+        parts = var[len(ENV_PREFIX) :].split("_")
+        if parts[0] not in sections:
+            continue
+        path = _env_path(AgentConfig, parts)
+        if path is None:
+            problems.append(f"{var}: no such configuration key")
+            continue
+        try:
+            value = yaml.safe_load(env[var])
+        except yaml.YAMLError as exc:
+            problems.append(f"{var}: not a valid YAML value ({exc.problem})")
+            continue
+        _set(doc, path, value)
+    return problems
+
+
+def merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep-merge ``over`` into a copy of ``base`` (mappings merge, anything else replaces)."""
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
+            out[k] = merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def _walk(loc: tuple[Any, ...]) -> tuple[str, type[BaseModel] | None]:
+    """The dotted path of a pydantic error location, and the model that holds its last key.
+
+    A source's type tag (``ort``, ``replay``) appears in the location as a step of the
+    discriminated union; it is not a key of the file, so it is left out of the path.
+    """
+    out = ""
+    model: type[BaseModel] | None = AgentConfig
+    holder = model
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+            continue
+        if part in REGISTRY and (model is None or part not in model.model_fields):
+            model = REGISTRY[part][0]
+            continue
+        holder = model
+        out += f".{part}" if out else str(part)
+        fields = model.model_fields if model is not None else {}
+        model = _field_model(fields[part].annotation) if part in fields else None
+    return out or "<top level>", holder
+
+
+def format_errors(exc: ValidationError) -> list[str]:
+    """One line per problem: ``path: what is wrong``."""
+    out = []
+    for err in exc.errors(include_url=False):
+        where, holder = _walk(tuple(err["loc"]))
+        if err["type"] == "extra_forbidden":
+            allowed = sorted(holder.model_fields) if holder is not None else []
+            out.append(f"{where}: unknown key" + (f" (allowed: {', '.join(allowed)})" if allowed else ""))
+        elif err["type"] == "union_tag_invalid":
+            out.append(f"{where}.type: unknown source type {err['input'].get('type')!r} (known: {', '.join(REGISTRY)})")
+        elif err["type"] == "union_tag_not_found":
+            out.append(f"{where}: missing 'type' (one of: {', '.join(REGISTRY)})")
+        else:
+            out.append(f"{where}: {err['msg']}")
+    return out
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """Read a config file into a mapping, or raise ``ConfigError`` naming the line at fault."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError as exc:
+        raise ConfigError(path, ["file not found"]) from exc
+    except IsADirectoryError as exc:
+        raise ConfigError(path, ["is a directory, expected a YAML file"]) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(path, [f"cannot read: {exc}"]) from exc
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "YAML"
+        raise ConfigError(path, [f"{where}: {getattr(exc, 'problem', None) or exc}"]) from exc
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise ConfigError(path, [f"<top level>: expected a mapping of sections, got {type(doc).__name__}"])
+    return doc
+
+
+def check_files(config: AgentConfig) -> list[str]:
+    """Problems with files the configuration names (missing model or trace paths)."""
+    problems = []
+    for i, src in enumerate(config.sources):
+        if getattr(src, "model", None) is not None and isinstance(src.model, Path) and not src.model.is_file():
+            problems.append(f"sources[{i}].model: no such file: {src.model}")
+        for j, p in enumerate(getattr(src, "paths", None) or []):
+            if not Path(p).exists():
+                problems.append(f"sources[{i}].paths[{j}]: no such file or directory: {p}")
+    return problems
+
+
+def load_config(
+    path: Path | None,
+    overrides: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    check_paths: bool = True,
+) -> AgentConfig:
+    """File (or the embedded default) + environment + overrides, validated; ``ConfigError`` lists all problems."""
+    doc = read_yaml(path) if path is not None else embedded_default()
+    problems = apply_env(doc, os.environ if env is None else env)
+    doc = merge(doc, overrides or {})
+    config = None
+    try:
+        config = AgentConfig.model_validate(doc)
+    except ValidationError as exc:
+        problems += format_errors(exc)
+    if config is not None and check_paths:
+        problems += check_files(config)
+    if problems or config is None:
+        raise ConfigError(path, problems)
+    return config
+
+
+def source_names(config: AgentConfig) -> list[str]:
+    """A unique name per source: its ``name``, or its type (numbered when repeated)."""
+    names: list[str] = []
+    for src in config.sources:
+        base = src.name or src.type
+        name, k = base, 2
+        while name in names:
+            name, k = f"{base}-{k}", k + 1
+        names.append(name)
+    return names

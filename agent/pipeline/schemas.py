@@ -1,0 +1,225 @@
+"""Arrow schemas of the five event kinds (DESIGN section 3) and the batch type that carries them.
+
+Every kind has required columns (fixed by DESIGN) and declared optional columns that sources may
+fill. ``conform`` brings any batch to the full schema of its kind — same column order, same types,
+nulls for optional columns a source does not have — so every Parquet part of one kind in the lake
+has one schema and reads as one dataset. A column a schema does not declare is an error: declare
+it here first, so that the lake's schema is the one place that says what exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import pyarrow as pa
+
+I64 = pa.int64()
+F64 = pa.float64()
+STR = pa.string()
+ATTRS = pa.map_(pa.string(), pa.string())
+
+
+def _schema(required: list[tuple[str, pa.DataType]], optional: list[tuple[str, pa.DataType]]) -> pa.Schema:
+    fields = [pa.field(n, t, nullable=n not in _NOT_NULL) for n, t in required]
+    fields += [pa.field(n, t, nullable=True) for n, t in optional]
+    return pa.schema(fields)
+
+
+# Columns that may never be null in any kind: times and the node.
+_NOT_NULL: Final = frozenset({"start_ns", "end_ns", "ts_ns", "node"})
+
+KERNELS: Final = _schema(
+    [
+        ("start_ns", I64),
+        ("end_ns", I64),
+        ("node", STR),
+        ("pid", I64),
+        ("tid", I64),
+        ("device", STR),
+        ("stream", I64),
+        ("name", STR),
+        ("kind", STR),  # kernel | memcpy | memset
+        ("correlation_id", I64),
+        ("source", STR),
+    ],
+    [
+        ("launch_start_ns", I64),  # the CPU launch call (cudaLaunchKernel, hipLaunchKernel, ORT node)
+        ("launch_end_ns", I64),
+        ("launch_name", STR),
+        ("queue_id", I64),
+        ("op_name", STR),  # the framework operator (ORT op type, PyTorch aten op)
+        ("graph_node", STR),  # the ONNX graph node that ran it (ORT)
+        ("grid_x", I64),
+        ("grid_y", I64),
+        ("grid_z", I64),
+        ("workgroup_x", I64),
+        ("workgroup_y", I64),
+        ("workgroup_z", I64),
+        ("bytes", I64),  # memcpy / memset size
+        # Filled by the correlator:
+        ("model", STR),
+        ("run_id", STR),
+        ("iteration", I64),
+        ("trace_id", STR),  # 32 hex digits
+        ("parent_span_id", STR),  # 16 hex digits: the iteration span
+    ],
+)
+
+ITERATIONS: Final = _schema(
+    [
+        ("start_ns", I64),
+        ("end_ns", I64),
+        ("node", STR),
+        ("pid", I64),
+        ("model", STR),
+        ("run_id", STR),
+        ("trace_id", STR),
+        ("span_id", STR),
+        ("source", STR),
+    ],
+    [
+        ("iteration", I64),  # index within the run
+        ("tid", I64),
+        ("graph_nodes", I64),  # ONNX graph nodes including subgraphs (for KAR)
+        ("graph_nodes_optimized", I64),  # nodes of ONNX Runtime's optimised graph
+        ("provider", STR),  # ONNX Runtime execution provider
+        ("name", STR),  # the annotation that delimited it (ProfilerStep#3, model_run, a rocTX range)
+    ],
+)
+
+TELEMETRY: Final = _schema(
+    [
+        ("ts_ns", I64),
+        ("node", STR),
+        ("device", STR),
+        ("metric", STR),
+        ("value", F64),
+        ("unit", STR),
+    ],
+    [
+        ("gpu_uuid", STR),
+        ("attributes", ATTRS),  # e.g. sensor=junction, clock=graphics, reason=power
+        ("source", STR),
+    ],
+)
+
+SCHED: Final = _schema(
+    [
+        ("ts_ns", I64),
+        ("node", STR),
+        ("pid", I64),
+        ("tid", I64),
+        ("metric", STR),
+        ("value", F64),
+        ("offcpu_start_ns", I64),
+        ("offcpu_end_ns", I64),
+    ],
+    [
+        ("comm", STR),
+        ("interval_ns", I64),
+        ("source", STR),
+    ],
+)
+
+FINDINGS: Final = _schema(
+    [
+        ("ts_ns", I64),
+        ("node", STR),
+        ("analyzer", STR),
+        ("subject", STR),
+        ("severity", STR),  # info | warning | critical
+        ("confidence", F64),
+        ("summary", STR),
+        ("evidence_json", STR),
+    ],
+    [
+        ("trace_id", STR),
+    ],
+)
+
+SCHEMAS: Final[dict[str, pa.Schema]] = {
+    "kernels": KERNELS,
+    "iterations": ITERATIONS,
+    "telemetry": TELEMETRY,
+    "sched": SCHED,
+    "findings": FINDINGS,
+}
+
+REQUIRED: Final[dict[str, tuple[str, ...]]] = {
+    "kernels": tuple(KERNELS.names[:11]),
+    "iterations": tuple(ITERATIONS.names[:9]),
+    "telemetry": tuple(TELEMETRY.names[:6]),
+    "sched": tuple(SCHED.names[:8]),
+    "findings": tuple(FINDINGS.names[:8]),
+}
+
+# The column that places an event in time (and so in a date= partition).
+TIME_COLUMN: Final[dict[str, str]] = {
+    "kernels": "start_ns",
+    "iterations": "start_ns",
+    "telemetry": "ts_ns",
+    "sched": "ts_ns",
+    "findings": "ts_ns",
+}
+
+
+class SchemaError(ValueError):
+    """A batch that cannot be brought to its kind's schema (missing column, unknown column, bad type)."""
+
+
+def conform(kind: str, data: pa.RecordBatch | pa.Table | dict[str, object]) -> pa.RecordBatch:
+    """Return ``data`` as a record batch with exactly the full schema of ``kind``.
+
+    Optional columns that are absent become nulls; present columns are cast (safely: an int64 that
+    does not fit, or a string where a number belongs, is an error, never a silent wrap).
+    """
+    schema = SCHEMAS.get(kind)
+    if schema is None:
+        raise SchemaError(f"unknown event kind {kind!r}; known: {', '.join(SCHEMAS)}")
+    if isinstance(data, dict):
+        data = pa.table(data)
+    names = set(data.schema.names)
+    missing = [c for c in REQUIRED[kind] if c not in names]
+    if missing:
+        raise SchemaError(f"{kind}: missing required column(s) {', '.join(missing)}")
+    unknown = sorted(names - set(schema.names))
+    if unknown:
+        raise SchemaError(f"{kind}: undeclared column(s) {', '.join(unknown)}; declare them in schemas.py")
+    n = data.num_rows
+    arrays = []
+    for field in schema:
+        if field.name in names:
+            col = data.column(field.name)
+            if isinstance(col, pa.ChunkedArray):
+                col = col.combine_chunks()
+            if col.type != field.type:
+                try:
+                    col = col.cast(field.type, safe=True)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise SchemaError(f"{kind}.{field.name}: cannot use {col.type} as {field.type}: {exc}") from exc
+            if not field.nullable and col.null_count:
+                raise SchemaError(f"{kind}.{field.name}: {col.null_count} null value(s) in a required column")
+            arrays.append(col)
+        else:
+            arrays.append(pa.nulls(n, field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def empty(kind: str) -> pa.RecordBatch:
+    """An empty batch of ``kind``."""
+    return pa.RecordBatch.from_pylist([], schema=SCHEMAS[kind])
+
+
+@dataclass(frozen=True, slots=True)
+class EventBatch:
+    """One batch on the bus: the kind (a key of ``SCHEMAS``), the rows, and the source that read them."""
+
+    kind: str
+    batch: pa.RecordBatch
+    source: str
+
+    @property
+    def rows(self) -> int:
+        """Number of events in the batch."""
+        return self.batch.num_rows

@@ -1,0 +1,154 @@
+"""The pipeline's consumer side: bus -> correlator -> analyzers and exporters, snapshots on a timer.
+
+One worker thread calls ``step`` in a loop. An analyzer or exporter that raises is a bug, not bad
+input; it is logged once with its traceback and counted, and the pipeline goes on without losing
+the batch for the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from aaco.analyzers.base import AnalysisSnapshot, Analyzer
+from aaco.exporters.base import Exporter, ExportResult
+
+from .bus import Bus
+from .correlator import Correlator
+from .schemas import EventBatch
+from .signals import define
+from .stats import EXPORT_ERRORS, Stats
+
+log = logging.getLogger("aaco.pipeline")
+
+IDLE_SNAPSHOT_GAP_S = 0.25
+
+ANALYZER_ERRORS = define(
+    "aaco.agent.analyzer.errors",
+    "aaco_analyzer_errors",
+    "counter",
+    "{error}",
+    "Batches an analyzer failed on (a bug: see the agent's log).",
+    ("analyzer",),
+)
+
+
+class Pipeline:
+    """Consumes the bus; owns the correlator, analyzers and exporters while it runs."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        correlator: Correlator,
+        analyzers: Sequence[Analyzer],
+        exporters: Sequence[Exporter],
+        stats: Stats,
+        node: str,
+        snapshot_interval_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.bus = bus
+        self.correlator = correlator
+        self.analyzers = list(analyzers)
+        self.exporters = list(exporters)
+        self.stats = stats
+        self.node = node
+        self.snapshot_interval_s = snapshot_interval_s
+        self._clock = clock
+        self._last_snapshot = clock()
+        self._dirty = True
+        self._failed: set[str] = set()
+        self.heartbeat = clock()
+        self.steps = 0
+
+    def step(self, timeout_s: float = 0.1) -> bool:
+        """Process at most one batch (waiting up to ``timeout_s``) and the periodic work; True if one came."""
+        item = self.bus.get(timeout_s)
+        if item is not None:
+            for out in self.correlator.process(item):
+                self.dispatch(out)
+        else:
+            for out in self.correlator.expire():
+                self.dispatch(out)
+        self.periodic()
+        self.heartbeat = self._clock()
+        self.steps += 1
+        return item is not None
+
+    def periodic(self) -> None:
+        """Timed work: lake flushes, and a snapshot when new data came in.
+
+        The snapshot is taken when the interval passed, or as soon as the bus is idle (so the results
+        of a finished replay show at once, without a snapshot per batch).
+        """
+        for exp in self.exporters:
+            tick = getattr(exp, "tick", None)
+            if tick is not None:
+                tick()
+        if not self._dirty:
+            return
+        since = self._clock() - self._last_snapshot
+        if since >= self.snapshot_interval_s or (since >= IDLE_SNAPSHOT_GAP_S and self.bus.depth == 0):
+            self.publish_snapshot()
+
+    def dispatch(self, item: EventBatch) -> None:
+        """Feed one correlated batch to the analyzers that take its kind, then to every exporter."""
+        self._dirty = True
+        for analyzer in self.analyzers:
+            if item.kind in analyzer.kinds:
+                try:
+                    analyzer.update(item)
+                except Exception:
+                    self._bug(f"analyzer {analyzer.name}", analyzer.name)
+                    self.stats.inc(ANALYZER_ERRORS, 1, analyzer=analyzer.name)
+        for exp in self.exporters:
+            try:
+                if exp.export(item) is ExportResult.FAILURE:
+                    self.stats.inc(EXPORT_ERRORS, 1, exporter=exp.name)
+            except Exception:
+                self._bug(f"exporter {exp.name}", exp.name)
+                self.stats.inc(EXPORT_ERRORS, 1, exporter=exp.name)
+
+    def _bug(self, what: str, key: str) -> None:
+        if key not in self._failed:
+            self._failed.add(key)
+            log.exception("%s failed on a batch (logged once; further failures are only counted)", what)
+
+    def snapshot(self) -> AnalysisSnapshot:
+        """Every analyzer's current result."""
+        results = {}
+        for a in self.analyzers:
+            try:
+                results[a.name] = a.snapshot()
+            except Exception:
+                self._bug(f"analyzer {a.name} snapshot", f"{a.name}.snapshot")
+                self.stats.inc(ANALYZER_ERRORS, 1, analyzer=a.name)
+        return AnalysisSnapshot(time.time_ns(), self.node, results)
+
+    def publish_snapshot(self) -> AnalysisSnapshot:
+        """Compute a snapshot and hand it to every exporter."""
+        snap = self.snapshot()
+        for exp in self.exporters:
+            try:
+                if exp.export_snapshot(snap) is ExportResult.FAILURE:
+                    self.stats.inc(EXPORT_ERRORS, 1, exporter=exp.name)
+            except Exception:
+                self._bug(f"exporter {exp.name} snapshot", f"{exp.name}.snapshot")
+                self.stats.inc(EXPORT_ERRORS, 1, exporter=exp.name)
+        self._last_snapshot = self._clock()
+        self._dirty = False
+        return snap
+
+    def drain(self, deadline: float) -> bool:
+        """Process what is queued until empty or ``deadline`` (monotonic); True if the bus emptied."""
+        while self._clock() < deadline:
+            if not self.step(0.0) and self.bus.depth == 0:
+                return True
+        return self.bus.depth == 0
+
+    def finish(self) -> AnalysisSnapshot:
+        """Release held kernels and publish the final snapshot."""
+        for out in self.correlator.flush():
+            self.dispatch(out)
+        return self.publish_snapshot()

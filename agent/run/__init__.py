@@ -1,0 +1,1 @@
+"""The ONNX Runtime workload runner behind ``aaco run`` and the ``ort`` source."""

@@ -1,0 +1,346 @@
+"""The agent's lifecycle: build, start, run, reload, and shut down against one deadline.
+
+Shutdown (SIGTERM, SIGINT, the end of a replay) runs in this order, all within
+``pipeline.shutdown_timeout_s``:
+
+1. sources are asked to stop reading; they publish what they already hold (waiting for room);
+2. when they have ended (or their share of the deadline is spent) the bus is closed, and what it
+   still holds is drained through the correlator, the analyzers and the exporters;
+3. held kernels are released, a final snapshot is published, every exporter is flushed and shut down.
+
+``shutdown`` is idempotent and safe before ``start``. ``reload`` (SIGHUP) applies a new
+configuration: sources whose configuration is unchanged keep running (a finished replay is not
+replayed again), changed exporters are replaced, analyzers keep their state unless their settings
+changed; pipeline bounds apply at the next start.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aaco.analyzers.activity import ActivityAnalyzer
+from aaco.analyzers.base import AnalysisSnapshot, Analyzer
+from aaco.analyzers.kar import KarAnalyzer
+from aaco.analyzers.latency import LatencyAnalyzer
+from aaco.analyzers.launch import LaunchAnalyzer
+from aaco.exporters.base import Exporter
+from aaco.exporters.lake import LakeExporter
+from aaco.exporters.prometheus import PrometheusExporter
+
+from .config import AgentConfig, source_names
+from .errors import AacoError
+from .pipeline.bus import Bus
+from .pipeline.correlator import Correlator
+from .pipeline.stats import Stats
+from .pipeline.worker import Pipeline
+from .sources import REGISTRY
+from .sources.base import Journal, NullProgress, Problem, Progress, Source, SourceContext
+
+log = logging.getLogger("aaco.service")
+
+
+class State(enum.Enum):
+    """Where the service is in its life."""
+
+    NEW = "new"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+@dataclass
+class _Running:
+    """A source with its thread and the configuration it was started from."""
+
+    source: Source
+    config: Any
+    ctx: SourceContext
+    thread: threading.Thread
+
+
+def build_analyzers(config: AgentConfig) -> list[Analyzer]:
+    """The analyzers, configured."""
+    a = config.analyzers
+    return [
+        LatencyAnalyzer(window=a.latency.window, max_models=a.max_models),
+        KarAnalyzer(max_models=a.max_models),
+        LaunchAnalyzer(microkernel_threshold_us=a.launch.microkernel_threshold_us, max_groups=a.max_models),
+        ActivityAnalyzer(),
+    ]
+
+
+class AgentService:
+    """One agent: sources, bus, pipeline worker, exporters."""
+
+    def __init__(
+        self, config: AgentConfig, progress: Progress | None = None, extra_exporters: list[Exporter] | None = None
+    ) -> None:
+        self.config = config
+        self.progress = progress or NullProgress()
+        self.stats = Stats()
+        self.journal = Journal(self.stats)
+        self.state = State.NEW
+        self._lock = threading.RLock()
+        self._extra = list(extra_exporters or [])
+        p = config.pipeline
+        self.bus = Bus(self.stats, p.queue_max_batches, p.queue_max_events)
+        self.exporters: list[Exporter] = []
+        self.pipeline = Pipeline(
+            self.bus,
+            Correlator(self.stats, p.correlator_hold_s, p.correlator_max_pending_events),
+            build_analyzers(config),
+            [],
+            self.stats,
+            config.node,
+            p.snapshot_interval_s,
+        )
+        self._sources: dict[str, _Running] = {}
+        self._worker: threading.Thread | None = None
+        self._worker_stop = threading.Event()
+        self.final_snapshot: AnalysisSnapshot | None = None
+
+    # -- exporters ----------------------------------------------------------------------------------
+
+    def _build_exporters(self, config: AgentConfig) -> list[Exporter]:
+        out: list[Exporter] = []
+        ex = config.exporters
+        if ex.lake.enabled:
+            out.append(LakeExporter(ex.lake, self.stats, self.journal.records_json))
+        if ex.prometheus.enabled:
+            out.append(PrometheusExporter(ex.prometheus, self.stats, self, config.node))
+        if ex.otlp.endpoint:
+            from aaco.exporters.otlp_traces import OtlpTraceExporter
+
+            out.append(OtlpTraceExporter(ex.otlp, self.stats, config.node))
+        return out + self._extra
+
+    @staticmethod
+    def _start_all(exporters: list[Exporter]) -> None:
+        started: list[Exporter] = []
+        try:
+            for exp in exporters:
+                exp.start()
+                started.append(exp)
+        except Exception:
+            for exp in started:
+                exp.shutdown(2.0)
+            raise
+
+    def exporter(self, kind: type[Exporter]) -> Exporter | None:
+        """The running exporter of a class, if any."""
+        return next((e for e in self.exporters if isinstance(e, kind)), None)
+
+    # -- sources ------------------------------------------------------------------------------------
+
+    def _start_source(self, name: str, cfg: Any) -> None:
+        _, factory = REGISTRY[cfg.type]
+        source: Source = factory(cfg, name)
+        ctx = SourceContext(self.config.node, self.stats, self.bus, self.journal, progress=self.progress)
+
+        def run() -> None:
+            try:
+                source.run(ctx)
+            except AacoError as exc:
+                ctx.problem(name, exc.subject or name, "error", str(exc), fatal=True, count=1)
+            except Exception as exc:
+                log.exception("source %s failed", name)
+                ctx.problem(name, name, "crash", f"{type(exc).__name__}: {exc}", fatal=True, count=1)
+
+        thread = threading.Thread(target=run, name=f"aaco-source-{name}", daemon=True)
+        self._sources[name] = _Running(source, cfg, ctx, thread)
+        thread.start()
+
+    def _stop_sources(self, names: list[str], deadline: float) -> None:
+        for n in names:
+            self._sources[n].ctx.stop.set()
+        for n in names:
+            self._sources[n].thread.join(max(0.0, deadline - time.monotonic()))
+        for n in names:
+            run = self._sources.pop(n)
+            if run.thread.is_alive():
+                run.ctx.abort.set()
+                log.warning("source %s did not stop in time; what it still holds is dropped", n)
+
+    def sources_done(self) -> bool:
+        """True when every source has ended (replays finished, fixed cycles run)."""
+        with self._lock:
+            return all(not r.thread.is_alive() for r in self._sources.values())
+
+    @property
+    def problems(self) -> list[Problem]:
+        """Bad input met so far."""
+        return list(self.journal.problems)
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start exporters, the pipeline worker and the sources (an exporter that cannot start is an error)."""
+        with self._lock:
+            if self.state is not State.NEW:
+                raise RuntimeError(f"cannot start a service that is {self.state.value}")
+            self.exporters = self._build_exporters(self.config)
+            self._start_all(self.exporters)
+            self.pipeline.exporters = self.exporters
+            self._worker = threading.Thread(target=self._work, name="aaco-pipeline", daemon=True)
+            self._worker.start()
+            for name, cfg in zip(source_names(self.config), self.config.sources, strict=True):
+                self._start_source(name, cfg)
+            self.state = State.RUNNING
+            log.info(
+                "agent running on node %s: %d source(s), exporters: %s",
+                self.config.node,
+                len(self.config.sources),
+                ", ".join(e.name for e in self.exporters) or "none",
+            )
+
+    def _work(self) -> None:
+        while not self._worker_stop.is_set():
+            self.pipeline.step(0.1)
+
+    def shutdown(self, timeout_s: float | None = None) -> None:
+        """Stop everything, flushing what was read, within one deadline. Idempotent; safe before start."""
+        with self._lock:
+            if self.state in (State.STOPPING, State.STOPPED):
+                return
+            if self.state is State.NEW:
+                self.state = State.STOPPED
+                return
+            self.state = State.STOPPING
+        total = self.config.pipeline.shutdown_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + total
+        sources_deadline = deadline - min(2.0, 0.3 * total)
+        self._stop_sources(list(self._sources), sources_deadline)
+        self.bus.close()
+        self._worker_stop.set()
+        if self._worker is not None:
+            self._worker.join(max(0.0, deadline - time.monotonic()))
+        drained = self.pipeline.drain(deadline)
+        if not drained:
+            log.warning("shutdown deadline reached with %d event(s) still queued", self.bus.depth)
+        self.final_snapshot = self.pipeline.finish()
+        for exp in self.exporters:
+            remaining = max(0.1, deadline - time.monotonic())
+            try:
+                exp.force_flush(remaining)
+                exp.shutdown(max(0.1, deadline - time.monotonic()))
+            except Exception:
+                log.exception("exporter %s failed to shut down", exp.name)
+        with self._lock:
+            self.state = State.STOPPED
+        log.info("agent stopped")
+
+    def reload(self, new: AgentConfig) -> None:
+        """Apply a new configuration to the running agent (SIGHUP)."""
+        with self._lock:
+            if self.state is not State.RUNNING:
+                return
+            old = self.config
+            if new == old:
+                log.info("reload: configuration unchanged")
+                return
+            if new.pipeline != old.pipeline:
+                log.warning("reload: pipeline settings change at the next restart")
+            if new.exporters != old.exporters or new.node != old.node:
+                fresh = self._build_exporters(new)
+                try:
+                    self._start_all([e for e in fresh if e not in self._extra])
+                except Exception as exc:
+                    log.error("reload: new exporters failed to start (%s); keeping the running ones", exc)
+                    return
+                self.pipeline.publish_snapshot()
+                for exp in self.exporters:
+                    if exp not in self._extra:
+                        exp.force_flush(5.0)
+                        exp.shutdown(5.0)
+                self.exporters = fresh
+                self.pipeline.exporters = fresh
+            if new.analyzers != old.analyzers or new.node != old.node:
+                self.pipeline.analyzers = build_analyzers(new)
+            self.pipeline.node = new.node
+            wanted = dict(zip(source_names(new), new.sources, strict=True))
+            changed = [n for n, r in self._sources.items() if wanted.get(n) != r.config or new.node != old.node]
+            self._stop_sources(changed, time.monotonic() + new.pipeline.shutdown_timeout_s)
+            self.config = new
+            started = [name for name in wanted if name not in self._sources]
+            for name in started:
+                self._start_source(name, wanted[name])
+            log.info("reload: applied; %d source(s) stopped, %d started", len(changed), len(started))
+
+    # -- health (served on /healthz and /readyz) ----------------------------------------------------
+
+    def live(self) -> tuple[bool, str]:
+        """Alive while the pipeline worker makes progress."""
+        if self.state is State.NEW:
+            return False, "not started"
+        if self.state is State.STOPPED:
+            return False, "stopped"
+        stalled = time.monotonic() - self.pipeline.heartbeat
+        if self.state is State.RUNNING and (self._worker is None or not self._worker.is_alive()):
+            return False, "pipeline worker is not running"
+        if stalled > self.config.pipeline.stall_timeout_s:
+            return False, f"pipeline stalled for {stalled:.0f}s"
+        return True, "ok"
+
+    def ready(self) -> tuple[bool, str]:
+        """Ready once running and the pipeline has gone round at least once."""
+        if self.state is not State.RUNNING:
+            return False, self.state.value
+        if self.pipeline.steps == 0:
+            return False, "starting"
+        return True, "ok"
+
+
+def run_until_stopped(
+    service: AgentService,
+    *,
+    stop_when_sources_done: bool,
+    reload_config: Callable[[], AgentConfig] | None = None,
+    poll_s: float = 0.2,
+) -> None:
+    """Run ``service`` in the main thread until SIGTERM/SIGINT (or, if asked, until its sources are done).
+
+    SIGHUP calls ``reload_config`` and applies the result; a configuration that does not validate
+    is logged and the running one kept. A second SIGINT/SIGTERM while shutting down exits at once.
+    """
+    stop = threading.Event()
+    reload_requested = threading.Event()
+
+    def on_stop(signum: int, _frame: object) -> None:
+        if stop.is_set():
+            log.error("second %s: exiting without finishing the flush", signal.Signals(signum).name)
+            raise SystemExit(130)
+        log.info("%s received: flushing and stopping", signal.Signals(signum).name)
+        stop.set()
+
+    def on_hup(_signum: int, _frame: object) -> None:
+        reload_requested.set()
+
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    signal.signal(signal.SIGTERM, on_stop)
+    signal.signal(signal.SIGINT, on_stop)
+    signal.signal(signal.SIGHUP, on_hup)
+    try:
+        service.start()
+        while not stop.wait(poll_s):
+            if reload_requested.is_set():
+                reload_requested.clear()
+                if reload_config is None:
+                    log.info("SIGHUP: no configuration file to reload")
+                else:
+                    try:
+                        service.reload(reload_config())
+                    except AacoError as exc:
+                        log.error("SIGHUP: configuration not reloaded:\n%s", exc)
+            if stop_when_sources_done and service.sources_done():
+                break
+        service.shutdown()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,14 @@
+"""Sources: one module per input, registered here by type (a new input is a module plus one line)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from . import ort, replay
+
+# type -> (config model, factory). The config union in aaco.agent.config is built from this table.
+REGISTRY: dict[str, tuple[type[Any], Callable[[Any, str], Any]]] = {
+    "ort": (ort.OrtSourceConfig, ort.create),
+    "replay": (replay.ReplaySourceConfig, replay.create),
+}

@@ -1,0 +1,178 @@
+"""The source contract: read and normalise, publish Arrow batches, never block the bus unboundedly.
+
+A source runs in its own thread (``run``), publishes batches of one of the event kinds through its
+``SourceContext`` and returns when its input is exhausted (``finite`` sources: a replay, a fixed
+number of workload cycles) or when ``ctx.stop`` is set. Bad input never escapes ``run`` as an
+exception: it is counted (``aaco_source_errors_total{source,reason}``), logged once per file and
+reason, and kept as a ``Problem`` the command line can report.
+
+Stopping has two stages: ``stop`` asks a source to read no more (it still publishes what it has,
+waiting for room on the bus), ``abort`` tells it the shutdown deadline passed and publishing
+gives up (counted as drops with reason ``shutdown``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Protocol
+
+import pyarrow as pa
+from aaco.agent.pipeline.bus import MAX_BATCH_ROWS, Bus
+from aaco.agent.pipeline.schemas import TIME_COLUMN, EventBatch, SchemaError, conform
+from aaco.agent.pipeline.stats import SOURCE_ERRORS, SOURCE_FILES, SOURCE_LAG, Stats
+
+log = logging.getLogger("aaco.sources")
+
+
+class Progress(Protocol):
+    """Where long work reports progress (a rich progress bar on the command line, nothing in the daemon)."""
+
+    def start(self, task: str, total: int | None) -> None:
+        """A task begins; ``total`` steps if known."""
+
+    def advance(self, task: str, steps: int = 1) -> None:
+        """Steps of a task are done."""
+
+    def finish(self, task: str) -> None:
+        """A task is over."""
+
+
+class NullProgress:
+    """Progress that goes nowhere."""
+
+    def start(self, task: str, total: int | None) -> None:
+        """Ignore."""
+
+    def advance(self, task: str, steps: int = 1) -> None:
+        """Ignore."""
+
+    def finish(self, task: str) -> None:
+        """Ignore."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Bad input a source met: which source, which file, why, and what it did about it."""
+
+    source: str
+    subject: str
+    reason: str
+    message: str
+    fatal: bool  # True when nothing could be read from the subject
+
+
+@dataclass(frozen=True)
+class SourceRecord:
+    """What a source read: one file or capture, its format, how its clock was converted, how many events."""
+
+    source: str
+    subject: str
+    format: str
+    events: dict[str, int]
+    clock: dict[str, Any] | None
+    skipped: dict[str, int] = field(default_factory=dict)
+
+
+class Journal:
+    """Problems and records of every source, bounded, shared across reloads."""
+
+    def __init__(self, stats: Stats, limit: int = 1000) -> None:
+        self.stats = stats
+        self.problems: deque[Problem] = deque(maxlen=limit)
+        self.records: deque[SourceRecord] = deque(maxlen=limit)
+        self._logged: set[tuple[str, str, str]] = set()
+        self._lock = threading.Lock()
+
+    def problem(self, p: Problem, count: int) -> None:
+        """Count, keep, and log once per (source, subject, reason)."""
+        if count:
+            self.stats.inc(SOURCE_ERRORS, count, source=p.source, reason=p.reason)
+        key = (p.source, p.subject, p.reason)
+        with self._lock:
+            first = key not in self._logged
+            if first and len(self._logged) < 10_000:
+                self._logged.add(key)
+            self.problems.append(p)
+        if first:
+            log.warning("%s: %s: %s", p.source, p.subject, p.message)
+
+    def record(self, rec: SourceRecord) -> None:
+        """Remember what was read."""
+        with self._lock:
+            self.records.append(rec)
+        self.stats.inc(SOURCE_FILES, 1, source=rec.source)
+
+    def records_json(self) -> list[dict[str, Any]]:
+        """The records as plain dicts (``sources.json``)."""
+        with self._lock:
+            return [asdict(r) for r in self.records]
+
+
+@dataclass
+class SourceContext:
+    """What a running source gets from the agent."""
+
+    node: str
+    stats: Stats
+    bus: Bus
+    journal: Journal
+    stop: threading.Event = field(default_factory=threading.Event)
+    abort: threading.Event = field(default_factory=threading.Event)
+    progress: Progress = field(default_factory=NullProgress)
+
+    def publish(
+        self, source: str, kind: str, batch: pa.RecordBatch | pa.Table, *, durable: bool, live: bool = False
+    ) -> bool:
+        """Conform ``batch`` to ``kind`` and put it on the bus in chunks of at most ``MAX_BATCH_ROWS``.
+
+        ``durable`` input (a file that can be re-read) waits for room; anything else is offered and
+        dropped, counted, when the bus is full. Returns False if any chunk did not get on the bus.
+        """
+        try:
+            full = conform(kind, batch)
+        except SchemaError as exc:
+            self.problem(source, kind, "schema", str(exc), fatal=False, count=batch.num_rows)
+            return False
+        ok = True
+        for offset in range(0, full.num_rows, MAX_BATCH_ROWS):
+            item = EventBatch(kind, full.slice(offset, MAX_BATCH_ROWS), source)
+            ok &= self.bus.put(item, stop=self.abort) if durable else self.bus.offer(item)
+        if live and full.num_rows:
+            newest = int(full.column(TIME_COLUMN[kind]).to_numpy().max())
+            self.stats.set(SOURCE_LAG, max(0.0, (time.time_ns() - newest) / 1e9), source=source)
+        return ok
+
+    def problem(self, source: str, subject: str, reason: str, message: str, *, fatal: bool, count: int = 0) -> None:
+        """Record bad input: counted, logged once per (source, subject, reason), kept for reporting."""
+        self.journal.problem(Problem(source, subject, reason, message, fatal), count)
+
+    def record(self, rec: SourceRecord) -> None:
+        """Remember what was read (``sources.json`` in the lake, the command line's summary)."""
+        self.journal.record(rec)
+
+    def sleep(self, seconds: float) -> bool:
+        """Wait, waking early on stop; True if the agent is stopping."""
+        return self.stop.wait(seconds)
+
+
+class Source(ABC):
+    """A running input. Subclasses set ``type`` and implement ``run``."""
+
+    type: ClassVar[str]
+    finite: bool = False  # ends on its own when its input is exhausted
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @abstractmethod
+    def run(self, ctx: SourceContext) -> None:
+        """Read until done or ``ctx.stop`` is set; never raise for bad input."""
+
+
+SourceFactory = Callable[[Any, str], Source]

@@ -1,0 +1,163 @@
+"""The ``ort`` source: runs an ONNX model under ONNX Runtime with profiling on, in cycles.
+
+Each cycle (``agent.run.workload``) warms up, times N iterations and ends profiling; the profile is
+parsed (``ort_profile``) with the session's own profiling start as the clock anchor and published:
+iterations (carrying the graph's node counts for KAR) then kernels. Warmup runs are not published.
+``cycles: null`` loops until the agent stops (the embedded default); ``aaco run`` runs one cycle.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+import onnx
+import orjson
+from aaco.agent.config_base import StrictModel
+from aaco.agent.errors import AacoError
+from aaco.agent.pipeline.clock import ClockOffset
+from aaco.agent.run.models import load_model, model_name, resolve_model
+from aaco.agent.run.session import resolve_provider
+from aaco.agent.run.workload import OrtWorkload
+from aaco.analyzers.graph import summarize
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveInt
+
+from .base import Source, SourceContext
+from .ort_profile import parse_ort_profile
+from .replay import publish_parsed
+
+log = logging.getLogger("aaco.sources.ort")
+
+Provider = Literal["auto", "cpu", "cuda", "rocm", "migraphx"]
+
+
+class OrtSourceConfig(StrictModel):
+    """Run an ONNX model under ONNX Runtime with profiling, in cycles of warmup + timed iterations."""
+
+    type: Literal["ort"] = "ort"
+    name: str | None = Field(None, description="Source name in metrics and logs (default: the type).")
+    model: Path | None = Field(
+        None, description="The .onnx model; default: light_resnet50.onnx from the onnx wheel (no download)."
+    )
+    model_name: str | None = Field(None, description="Model name in metrics (default: the file name).")
+    iterations: PositiveInt = Field(20, description="Timed iterations per cycle.")
+    warmup: NonNegativeInt = Field(3, description="Untimed warmup iterations per cycle (not published).")
+    provider: Provider = Field("auto", description="Execution provider; auto takes the best one present.")
+    cycles: PositiveInt | None = Field(None, description="Cycles to run; null runs until the agent stops.")
+    interval_s: NonNegativeFloat = Field(10.0, description="Pause between cycles, in seconds.")
+    intra_op_threads: NonNegativeInt = Field(0, description="ONNX Runtime intra-op threads (0: its default).")
+    symbolic_dim: PositiveInt = Field(1, description="Value for symbolic input dimensions (batch size).")
+    seed: int = Field(0, description="Seed of the generated inputs.")
+
+
+def _optimized_node_count(path: Path) -> int | None:
+    try:
+        return summarize(onnx.load(os.fspath(path), load_external_data=False)).nodes
+    except Exception:  # an optimised model ORT could not fully serialise: KAR falls back to the source graph
+        log.info("could not read ONNX Runtime's optimised model %s; reporting KAR on the source graph only", path)
+        return None
+
+
+class OrtSource(Source):
+    """Profiles an ONNX Runtime workload cycle after cycle."""
+
+    type = "ort"
+
+    def __init__(self, config: OrtSourceConfig, name: str) -> None:
+        super().__init__(name)
+        self.config = config
+        self.finite = config.cycles is not None
+        self.model_path = resolve_model(config.model)
+
+    def run(self, ctx: SourceContext) -> None:
+        """Run cycles until done or stopped; a model that cannot be loaded is a fatal problem."""
+        cfg = self.config
+        subject = os.fspath(self.model_path)
+        try:
+            graph = summarize(load_model(self.model_path))
+            provider = resolve_provider(cfg.provider)
+        except AacoError as exc:
+            ctx.problem(self.name, subject, "model", str(exc), fatal=True, count=1)
+            return
+        name = cfg.model_name or model_name(self.model_path)
+        log.info(
+            "ort: %s (%d graph nodes) on %s, %d warmup + %d timed per cycle",
+            name,
+            graph.nodes,
+            provider,
+            cfg.warmup,
+            cfg.iterations,
+        )
+        with tempfile.TemporaryDirectory(prefix="aaco-ort-") as tmp:
+            workload = OrtWorkload(
+                self.model_path,
+                provider,
+                cfg.warmup,
+                cfg.iterations,
+                True,
+                cfg.intra_op_threads,
+                cfg.symbolic_dim,
+                cfg.seed,
+                Path(tmp),
+            )
+            optimized_nodes: int | None = None
+            cycle = 0
+            while not ctx.stop.is_set() and (cfg.cycles is None or cycle < cfg.cycles):
+                task = f"{self.name}: {name}"
+                ctx.progress.start(task, cfg.warmup + cfg.iterations)
+                opt_path = Path(tmp) / "optimized.onnx" if cycle == 0 else None
+                try:
+                    result = workload.run_cycle(ctx.stop, lambda _k, t=task: ctx.progress.advance(t), opt_path)
+                except AacoError as exc:
+                    ctx.problem(self.name, subject, "run", str(exc), fatal=True, count=1)
+                    ctx.progress.finish(task)
+                    return
+                ctx.progress.finish(task)
+                if opt_path is not None and opt_path.exists():
+                    optimized_nodes = _optimized_node_count(opt_path)
+                self._publish_cycle(ctx, result, name, graph.nodes, optimized_nodes, provider)
+                cycle += 1
+                if cfg.cycles is not None and cycle >= cfg.cycles:
+                    break
+                if ctx.sleep(cfg.interval_s):
+                    break
+
+    def _publish_cycle(
+        self, ctx: SourceContext, result, name: str, nodes: int, optimized: int | None, provider: str
+    ) -> None:
+        if result.profile_path is None:
+            return
+        subject = os.fspath(result.profile_path)
+        try:
+            events = orjson.loads(result.profile_path.read_bytes())
+        except (OSError, orjson.JSONDecodeError) as exc:
+            ctx.problem(
+                self.name, subject, "profile", f"cannot read ONNX Runtime's profile: {exc}", fatal=True, count=1
+            )
+            return
+        finally:
+            result.profile_path.unlink(missing_ok=True)
+        identity = f"ort:{result.pid}:{result.profiling_start_ns}"
+        parsed = parse_ort_profile(
+            events,
+            clock=ClockOffset(result.profiling_start_ns, 1000, "ort-profiling-start"),
+            node=ctx.node,
+            identity=identity,
+            run_id=f"{name}:{result.profiling_start_ns}",
+            model=name,
+            skip_runs=result.warmup_done,
+            graph_nodes=nodes,
+            graph_nodes_optimized=optimized,
+            provider=provider,
+            source=self.name,
+        )
+        # skip_runs drops the warmup runs; a cycle cut short by a stop just has fewer timed runs.
+        publish_parsed(ctx, self.name, f"{name} cycle {result.profiling_start_ns}", parsed)
+
+
+def create(config: OrtSourceConfig, name: str) -> OrtSource:
+    """Factory used by the source registry."""
+    return OrtSource(config, name)

@@ -1,0 +1,1 @@
+"""Streaming analyzers: pure, vectorised, no I/O. ``update`` folds events in, ``snapshot`` reports."""

@@ -1,0 +1,156 @@
+"""Device activity: the union of busy intervals over a capture's window, split compute / non-compute.
+
+For each (node, device, run) — a run is one capture: an ORT profiling cycle, one trace file — the
+window runs from the first GPU activity to the last. ``active`` is the union of every event's
+interval, ``compute`` the union of kernels, ``non-compute`` the part of the active time when only
+copies or memsets ran, and ``idle`` the rest of the window: the temporal breakdown of Holistic
+Trace Analysis. Unions are computed streaming with a frontier per key: for intervals processed in
+start order, the new busy time of an interval is what extends past the furthest end seen so far.
+Batches within a run are expected in time order (sources emit them so); an interval that starts
+before the frontier only adds what reaches beyond it.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+from aaco.agent.pipeline.schemas import EventBatch
+from aaco.agent.pipeline.signals import MetricPoint, PointBuilder, define
+
+from .base import Analyzer
+
+ACTIVE_RATIO = define(
+    "aaco.gpu.active_ratio",
+    "aaco_device_active_ratio",
+    "gauge",
+    "1",
+    "Share of the latest capture window in which the device ran any kernel, copy or memset.",
+    ("node", "gpu"),
+)
+TIME_RATIO = define(
+    "aaco.gpu.time_ratio",
+    "aaco_device_time_ratio",
+    "gauge",
+    "1",
+    "Temporal breakdown of the latest capture window: compute, non-compute (copies only) and idle.",
+    ("node", "gpu", "state"),
+)
+
+
+def union_extend(starts: np.ndarray, ends: np.ndarray, frontier: int) -> tuple[int, int]:
+    """Busy time that intervals sorted by start add beyond ``frontier``; returns (added_ns, new_frontier)."""
+    if starts.size == 0:
+        return 0, frontier
+    running = np.maximum.accumulate(ends)
+    before = np.empty_like(running)
+    before[0] = frontier
+    before[1:] = np.maximum(running[:-1], frontier)
+    added = np.clip(ends - np.maximum(starts, before), 0, None).sum()
+    return int(added), int(max(frontier, running[-1]))
+
+
+@dataclass
+class _Window:
+    start: int
+    end: int
+    busy: int = 0
+    frontier: int = -(2**62)
+    compute: int = 0
+    compute_frontier: int = -(2**62)
+    updated: int = 0
+
+
+@dataclass(frozen=True)
+class ActivityResult:
+    """Per (node, device, run) windows, and the latest run per device for metrics."""
+
+    windows: tuple[dict[str, Any], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"devices": [...]}``, one entry per device and capture window."""
+        return {"devices": [{k: v for k, v in w.items() if not k.startswith("_")} for w in self.windows]}
+
+    def points(self) -> list[MetricPoint]:
+        """Ratios of each device's most recently updated window."""
+        latest: dict[tuple[str, str], dict[str, Any]] = {}
+        for w in self.windows:
+            key = (w["node"], w["device"])
+            if key not in latest or w["_seq"] > latest[key]["_seq"]:
+                latest[key] = w
+        pb = PointBuilder()
+        for (node, device), w in latest.items():
+            pb.add(ACTIVE_RATIO, w["active_ratio"], node=node, gpu=device)
+            for state in ("compute", "noncompute", "idle"):
+                pb.add(TIME_RATIO, w[f"{state}_ratio"], node=node, gpu=device, state=state)
+        return pb.points
+
+
+class ActivityAnalyzer(Analyzer):
+    """Streams kernel intervals into per-device busy unions."""
+
+    name = "activity"
+    kinds = frozenset({"kernels"})
+
+    def __init__(self, max_windows: int = 256) -> None:
+        self._max = max_windows
+        self._windows: OrderedDict[tuple[str, str, str], _Window] = OrderedDict()
+        self._seq = 0
+
+    def update(self, item: EventBatch) -> None:
+        """Fold a kernels batch in."""
+        b = item.batch
+        if b.num_rows == 0:
+            return
+        starts = b.column("start_ns").to_numpy()
+        ends = b.column("end_ns").to_numpy()
+        nodes = b.column("node").to_numpy(zero_copy_only=False)
+        devices = b.column("device").fill_null("unknown").to_numpy(zero_copy_only=False)
+        runs = b.column("run_id").fill_null(item.source).to_numpy(zero_copy_only=False)
+        compute = pc.equal(b.column("kind"), "kernel").fill_null(False).to_numpy(zero_copy_only=False)
+        keys = np.array([f"{n}\x00{d}\x00{r}" for n, d, r in zip(nodes, devices, runs, strict=True)], dtype=object)
+        for key in dict.fromkeys(keys.tolist()):
+            mask = keys == key
+            s, e, c = starts[mask], ends[mask], compute[mask]
+            order = np.argsort(s, kind="stable")
+            s, e, c = s[order], e[order], c[order]
+            k = tuple(key.split("\x00"))
+            w = self._windows.pop(k, None) or _Window(int(s[0]), int(e.max()))
+            w.start = min(w.start, int(s[0]))
+            w.end = max(w.end, int(e.max()))
+            added, w.frontier = union_extend(s, e, w.frontier)
+            w.busy += added
+            added_c, w.compute_frontier = union_extend(s[c], e[c], w.compute_frontier)
+            w.compute += added_c
+            self._seq += 1
+            w.updated = self._seq
+            self._windows[k] = w  # type: ignore[index]
+            while len(self._windows) > self._max:
+                self._windows.popitem(last=False)
+
+    def snapshot(self) -> ActivityResult:
+        """Ratios per window."""
+        out = []
+        for (node, device, run), w in self._windows.items():
+            span = max(1, w.end - w.start)
+            active = min(1.0, w.busy / span)
+            comp = min(active, w.compute / span)
+            out.append(
+                {
+                    "node": node,
+                    "device": device,
+                    "run_id": run,
+                    "window_start_ns": w.start,
+                    "window_end_ns": w.end,
+                    "busy_ns": w.busy,
+                    "active_ratio": active,
+                    "compute_ratio": comp,
+                    "noncompute_ratio": active - comp,
+                    "idle_ratio": 1.0 - active,
+                    "_seq": w.updated,
+                }
+            )
+        return ActivityResult(tuple(out))

@@ -1,0 +1,153 @@
+"""Kernel amplification ratio (KAR): kernels launched per iteration over the model's graph nodes.
+
+``KAR = (kernels in iterations of the model / iterations of the model) / graph nodes`` where graph
+nodes counts every node including subgraphs (``analyzers.graph``), carried on the iteration rows
+by the source that knows the model. Only ``kind == "kernel"`` events count (copies and memsets are
+not launches of graph work). With ONNX Runtime's optimised graph known, KAR against it is reported
+too. Bands follow the seeds: about 1 or below is well fused, above 2 worth a look, above 5 severe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from aaco.agent.pipeline.schemas import EventBatch
+from aaco.agent.pipeline.signals import MetricPoint, PointBuilder, define
+
+from .base import Analyzer, ratio
+
+KAR_RATIO = define(
+    "aaco.kar",
+    "aaco_kar_ratio",
+    "gauge",
+    "1",
+    "Kernel amplification ratio: kernels per iteration / ONNX graph nodes.",
+    ("node", "model"),
+)
+KERNELS_PER_ITERATION = define(
+    "aaco.iteration.kernels",
+    "aaco_kernels_per_iteration",
+    "gauge",
+    "{kernel}",
+    "Mean kernels launched per iteration.",
+    ("node", "model"),
+)
+GRAPH_NODES = define(
+    "aaco.model.graph.nodes",
+    "aaco_model_graph_nodes",
+    "gauge",
+    "{node}",
+    "ONNX graph nodes of the model, subgraphs included.",
+    ("node", "model"),
+)
+
+
+def kar_band(value: float | None) -> str | None:
+    """Health band of a KAR value."""
+    if value is None:
+        return None
+    if value <= 2.0:
+        return "good"
+    return "investigate" if value <= 5.0 else "severe"
+
+
+@dataclass(frozen=True)
+class KarResult:
+    """KAR per (node, model) and the headline value."""
+
+    models: dict[tuple[str, str], dict[str, Any]]
+
+    @property
+    def value(self) -> float | None:
+        """The headline KAR: the model's, or the iteration-weighted mean over models."""
+        known = [(m["kar"], m["iterations"]) for m in self.models.values() if m["kar"] is not None]
+        if not known:
+            return None
+        weight = sum(w for _, w in known)
+        return sum(k * w for k, w in known) / weight if weight else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"value", "band", "models": {...}}``."""
+        nodes = {n for n, _ in self.models}
+        return {
+            "value": self.value,
+            "band": kar_band(self.value),
+            "models": {(m if len(nodes) <= 1 else f"{n}/{m}"): v for (n, m), v in sorted(self.models.items())},
+        }
+
+    def points(self) -> list[MetricPoint]:
+        """KAR, kernels per iteration and graph node gauges."""
+        pb = PointBuilder()
+        for (node, model), m in self.models.items():
+            if m["kar"] is not None:
+                pb.add(KAR_RATIO, m["kar"], node=node, model=model)
+            if m["kernels_per_iteration"] is not None:
+                pb.add(KERNELS_PER_ITERATION, m["kernels_per_iteration"], node=node, model=model)
+            if m["graph_nodes"]:
+                pb.add(GRAPH_NODES, m["graph_nodes"], node=node, model=model)
+        return pb.points
+
+
+class KarAnalyzer(Analyzer):
+    """Counts iterations and their kernels per model."""
+
+    name = "kar"
+    kinds = frozenset({"iterations", "kernels"})
+
+    def __init__(self, max_models: int = 256) -> None:
+        self._max_models = max_models
+        self._iterations: dict[tuple[str, str], int] = {}
+        self._kernels: dict[tuple[str, str], int] = {}
+        self._nodes: dict[tuple[str, str], tuple[int | None, int | None]] = {}
+
+    def _room(self, key: tuple[str, str]) -> bool:
+        return key in self._iterations or len(self._iterations) < self._max_models
+
+    def update(self, item: EventBatch) -> None:
+        """Fold iterations (counts, graph sizes) or correlated kernels in."""
+        b = item.batch
+        if b.num_rows == 0:
+            return
+        if item.kind == "iterations":
+            cols = b.select(["node", "model", "graph_nodes", "graph_nodes_optimized"]).to_pylist()
+            for row in cols:
+                key = (row["node"], row["model"] or "unknown")
+                if not self._room(key):
+                    continue
+                self._iterations[key] = self._iterations.get(key, 0) + 1
+                old = self._nodes.get(key, (None, None))
+                self._nodes[key] = (row["graph_nodes"] or old[0], row["graph_nodes_optimized"] or old[1])
+            return
+        mask = pc.and_(pc.equal(b.column("kind"), "kernel"), pc.is_valid(b.column("model")))
+        sel = b.filter(pc.and_(mask, pc.is_valid(b.column("iteration"))))
+        if sel.num_rows == 0:
+            return
+        counts = pa.Table.from_batches([sel]).group_by(["node", "model"]).aggregate([("start_ns", "count")])
+        for row in counts.to_pylist():
+            key = (row["node"], row["model"])
+            if self._room(key):
+                self._kernels[key] = self._kernels.get(key, 0) + int(row["start_ns_count"])
+
+    def snapshot(self) -> KarResult:
+        """KAR per model from the counts so far."""
+        out: dict[tuple[str, str], dict[str, Any]] = {}
+        for key in set(self._iterations) | set(self._kernels):
+            iters = self._iterations.get(key, 0)
+            kernels = self._kernels.get(key, 0)
+            g, go = self._nodes.get(key, (None, None))
+            kpi = ratio(kernels, iters)
+            kar = ratio(kpi, g) if (kpi is not None and g) else None
+            out[key] = {
+                "kar": kar,
+                "band": kar_band(kar),
+                "kernels_per_iteration": kpi,
+                "graph_nodes": g,
+                "graph_nodes_optimized": go,
+                "kar_optimized": ratio(kpi, go) if (kpi is not None and go) else None,
+                "iterations": iters,
+                "kernels": kernels,
+            }
+        return KarResult(out)

@@ -1,0 +1,142 @@
+"""Iteration latency per model: a cumulative histogram for Prometheus, quantiles over recent iterations.
+
+Quantiles come from the last ``window`` iterations (a bounded ring), so they follow the workload
+as it changes; the histogram is cumulative, as Prometheus expects, and carries the latest
+iteration's trace ID as exemplar. Throughput is sequential: iterations per second of iteration
+time (1 / mean latency for one stream of requests).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from aaco.agent.pipeline.schemas import EventBatch
+from aaco.agent.pipeline.signals import LATENCY_BUCKETS, HistogramValue, MetricPoint, PointBuilder, define
+
+from .base import Analyzer
+
+ITERATION_LATENCY = define(
+    "aaco.iteration.duration",
+    "aaco_iteration_latency_seconds",
+    "histogram",
+    "s",
+    "Iteration (inference request, training step) latency.",
+    ("node", "model"),
+    LATENCY_BUCKETS,
+)
+THROUGHPUT = define(
+    "aaco.iteration.throughput",
+    "aaco_iteration_throughput_per_second",
+    "gauge",
+    "{iteration}/s",
+    "Sequential throughput over recent iterations: iterations per second of iteration time.",
+    ("node", "model"),
+)
+
+
+@dataclass
+class _ModelState:
+    bucket_counts: np.ndarray
+    count: int = 0
+    total_s: float = 0.0
+    recent: deque[float] = field(default_factory=deque)
+    exemplar: tuple[str, float] | None = None
+
+
+@dataclass(frozen=True)
+class LatencyResult:
+    """Latency statistics per (node, model)."""
+
+    models: dict[tuple[str, str], dict[str, Any]]
+    histograms: dict[tuple[str, str], HistogramValue]
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"models": {model: {...}}}``; with several nodes the key is ``node/model``."""
+        nodes = {node for node, _ in self.models}
+        return {
+            "models": {(m if len(nodes) <= 1 else f"{n}/{m}"): stats for (n, m), stats in sorted(self.models.items())}
+        }
+
+    def points(self) -> list[MetricPoint]:
+        """Histogram and throughput points."""
+        pb = PointBuilder()
+        for (node, model), hist in self.histograms.items():
+            pb.add(ITERATION_LATENCY, hist, node=node, model=model)
+            tput = self.models[(node, model)]["throughput_per_s"]
+            if tput is not None:
+                pb.add(THROUGHPUT, tput, node=node, model=model)
+        return pb.points
+
+
+class LatencyAnalyzer(Analyzer):
+    """Folds iterations into per-model latency statistics."""
+
+    name = "latency"
+    kinds = frozenset({"iterations"})
+
+    def __init__(self, window: int = 10_000, max_models: int = 256) -> None:
+        self._window = window
+        self._max_models = max_models
+        self._bounds = np.array(LATENCY_BUCKETS)
+        self._models: dict[tuple[str, str], _ModelState] = {}
+        self.dropped_models = 0
+
+    def update(self, item: EventBatch) -> None:
+        """Fold an iterations batch in."""
+        b = item.batch
+        if b.num_rows == 0:
+            return
+        lat = (b.column("end_ns").to_numpy() - b.column("start_ns").to_numpy()) / 1e9
+        nodes = b.column("node").to_numpy(zero_copy_only=False)
+        models = b.column("model").fill_null("unknown").to_numpy(zero_copy_only=False)
+        traces = b.column("trace_id").to_numpy(zero_copy_only=False)
+        for key in {(str(n), str(m)) for n, m in zip(nodes, models, strict=True)}:
+            st = self._models.get(key)
+            if st is None:
+                if len(self._models) >= self._max_models:
+                    self.dropped_models += 1
+                    continue
+                st = self._models[key] = _ModelState(np.zeros(len(self._bounds), dtype=np.int64))
+                st.recent = deque(maxlen=self._window)
+            mask = (nodes == key[0]) & (models == key[1])
+            values = lat[mask]
+            st.count += values.size
+            st.total_s += float(values.sum())
+            # cumulative: bucket i counts observations <= bound i
+            st.bucket_counts += np.array([(values <= b_).sum() for b_ in self._bounds], dtype=np.int64)
+            st.recent.extend(values.tolist())
+            last = np.nonzero(mask)[0][-1]
+            if traces[last] is not None:
+                st.exemplar = (str(traces[last]), float(lat[last]))
+
+    def snapshot(self) -> LatencyResult:
+        """Current statistics."""
+        models: dict[tuple[str, str], dict[str, Any]] = {}
+        hists: dict[tuple[str, str], HistogramValue] = {}
+        for key, st in self._models.items():
+            recent = np.fromiter(st.recent, dtype=np.float64)
+            p50, p95, p99 = np.percentile(recent, [50, 95, 99]) if recent.size else (np.nan,) * 3
+            mean = float(recent.mean()) if recent.size else None
+            models[key] = {
+                "iterations": st.count,
+                "window": int(recent.size),
+                "p50_s": float(p50) if recent.size else None,
+                "p95_s": float(p95) if recent.size else None,
+                "p99_s": float(p99) if recent.size else None,
+                "mean_s": mean,
+                "min_s": float(recent.min()) if recent.size else None,
+                "max_s": float(recent.max()) if recent.size else None,
+                "throughput_per_s": (1.0 / mean) if mean else None,
+            }
+            hists[key] = HistogramValue(
+                tuple(LATENCY_BUCKETS),
+                tuple(int(c) for c in st.bucket_counts),
+                st.count,
+                st.total_s,
+                st.exemplar[0] if st.exemplar else None,
+                st.exemplar[1] if st.exemplar else None,
+            )
+        return LatencyResult(models, hists)

@@ -1,0 +1,1 @@
+"""Exporters: ship event batches and analyzer snapshots (OpenTelemetry exporter contract)."""

@@ -1,0 +1,61 @@
+"""Shared fixtures: the real samples, the installed ``aaco`` command, free ports, real-or-fail."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT.parent / "shared" / "samples"
+REQUIRE_REAL = os.environ.get("AACO_REQUIRE_REAL") == "1"
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip a test of a real component that cannot run here; under AACO_REQUIRE_REAL=1, fail instead."""
+    if REQUIRE_REAL:
+        pytest.fail(f"AACO_REQUIRE_REAL=1 and a real component is missing: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def samples() -> Path:
+    """``../shared/samples`` beside the repository. A test that needs it and cannot find it fails."""
+    if not SAMPLES.is_dir():
+        pytest.fail(f"real samples not found at {SAMPLES} (clone the repository beside shared/)")
+    return SAMPLES
+
+
+@pytest.fixture(scope="session")
+def aaco_bin() -> str:
+    """The installed ``aaco`` console script of this interpreter's environment."""
+    candidate = Path(sys.executable).parent / "aaco"
+    path = str(candidate) if candidate.exists() else shutil.which("aaco")
+    if path is None:
+        pytest.fail("the aaco console script is not installed (pip install -e .)")
+    return path
+
+
+def get_free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def free_port() -> int:
+    """A free TCP port."""
+    return get_free_port()
+
+
+@pytest.fixture(scope="session")
+def resnet50() -> Path:
+    """The default model, light_resnet50.onnx from the onnx wheel."""
+    from aaco.agent.run.models import default_model_path
+
+    return default_model_path()

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal, Union
 
 import yaml
 from aaco.exporters.lake import LakeConfig
+from aaco.exporters.otlp_settings import OtlpConfig
 from aaco.exporters.prometheus import PrometheusConfig
 from pydantic import (
     BaseModel,
@@ -42,28 +43,6 @@ SourceConfig = Annotated[
     Union[tuple(cfg for cfg, _ in REGISTRY.values())],  # noqa: UP007 - built from the registry at import
     Field(discriminator="type"),
 ]
-
-
-class TlsConfig(StrictModel):
-    """TLS for an OTLP connection."""
-
-    insecure: bool = Field(False, description="Plaintext (no TLS); the default for http:// endpoints.")
-    ca_file: Path | None = Field(None, description="CA bundle to verify the server (default: system roots).")
-    cert_file: Path | None = Field(None, description="Client certificate (mutual TLS).")
-    key_file: Path | None = Field(None, description="Client private key (mutual TLS).")
-
-
-class OtlpConfig(StrictModel):
-    """OTLP export of traces and metrics to a collector or backend."""
-
-    endpoint: str | None = Field(None, description="e.g. http://collector:4317 (gRPC) or :4318 (HTTP); null: off.")
-    protocol: Literal["grpc", "http/protobuf"] = Field("grpc", description="OTLP transport.")
-    headers: dict[str, str] = Field(default_factory=dict, description="Extra headers (authentication).")
-    compression: Literal["gzip", "none"] = Field("gzip", description="Payload compression.")
-    timeout_s: PositiveFloat = Field(10.0, description="Per-request timeout.")
-    tls: TlsConfig = Field(default_factory=TlsConfig, description="TLS settings.")
-    queue_max_spans: PositiveInt = Field(100_000, description="Bound of the export queue (oldest dropped first).")
-    max_kernel_spans_per_trace: PositiveInt = Field(2000, description="Beyond it kernels are summarised.")
 
 
 class ExportersConfig(StrictModel):

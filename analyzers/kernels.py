@@ -1,0 +1,133 @@
+"""Kernel families: what kind of work a kernel name stands for (GEMM, convolution, attention, ...).
+
+The rules are data (``FAMILY_RULES``): an ordered list of (family, patterns), first match wins,
+matched case-insensitively against the full (demangled) kernel name. Copies and memsets are known
+from the event kind. Names repeat heavily in a trace, so classification works on the unique names
+of a batch (``families``) and caches the answers (bounded).
+
+The patterns come from the libraries that emit the kernels: rocBLAS/Tensile (``Cijk_``), hipBLASLt,
+CUTLASS, cuBLAS (``gemm``, ``sm80_xmma``), MIOpen/cuDNN (``conv``, ``winograd``, ``implicit``),
+flash and memory-efficient attention, ATen's native kernels (``elementwise_kernel``,
+``reduce_kernel``, ``layer_norm``, ``softmax``), NCCL/RCCL.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+FAMILY_RULES: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
+    ("communication", (r"nccl", r"rccl", r"all_?reduce", r"all_?gather", r"reduce_?scatter", r"broadcast_?kernel")),
+    ("attention", (r"flash", r"fmha", r"attention", r"attn", r"sdpa", r"mha_")),
+    (
+        "gemm",
+        (
+            r"gemm",
+            r"cijk_",
+            r"matmul",
+            r"mfma",
+            r"hipblaslt",
+            r"cutlass",
+            r"xmma",
+            r"wmma",
+            r"cublas",
+            r"rocblas",
+            r"tensile",
+            r"addmm",
+            r"\bbmm\b",
+            r"linear",
+            r"dot_kernel",
+            r"^(fused)?matmul",
+        ),
+    ),
+    (
+        "convolution",
+        (
+            r"conv",
+            r"winograd",
+            r"implicit_?gemm",
+            r"miopen",
+            r"cudnn",
+            r"im2col",
+            r"col2im",
+            r"maxpool",
+            r"avgpool",
+            r"pooling",
+            r"\bpool",
+        ),
+    ),
+    (
+        "normalization",
+        (r"norm", r"softmax", r"reduce", r"reduction", r"welford", r"mean", r"\bsum\b", r"argmax", r"topk"),
+    ),
+    (
+        "elementwise",
+        (
+            r"elementwise",
+            r"vectorized",
+            r"unrolled",
+            r"pointwise",
+            r"\brelu",
+            r"gelu",
+            r"silu",
+            r"sigmoid",
+            r"tanh",
+            r"\badd\b",
+            r"\bmul\b",
+            r"\bcopy",
+            r"fill",
+            r"cast",
+            r"transpose",
+            r"concat",
+            r"\bclip",
+            r"distribution",
+            r"uniform",
+            r"dropout",
+            r"index",
+            r"gather",
+            r"scatter",
+            r"\bflatten",
+            r"reshape",
+        ),
+    ),
+)
+KIND_FAMILIES: Final = {"memcpy": "memcpy", "memset": "memset"}
+FAMILIES: Final = (*(f for f, _ in FAMILY_RULES), "memcpy", "memset", "other")
+
+_COMPILED = tuple((family, re.compile("|".join(pats), re.IGNORECASE)) for family, pats in FAMILY_RULES)
+_cache: dict[str, str] = {}
+_CACHE_LIMIT = 100_000
+
+
+def family_of(name: str | None, kind: str = "kernel") -> str:
+    """The family of one kernel."""
+    if kind in KIND_FAMILIES:
+        return KIND_FAMILIES[kind]
+    if not name:
+        return "other"
+    hit = _cache.get(name)
+    if hit is not None:
+        return hit
+    fam = next((family for family, rx in _COMPILED if rx.search(name)), "other")
+    if len(_cache) < _CACHE_LIMIT:
+        _cache[name] = fam
+    return fam
+
+
+def families(names: pa.Array | pa.ChunkedArray, kinds: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Families of a column of names (object array), classifying each unique name once."""
+    if isinstance(names, pa.ChunkedArray):
+        names = names.combine_chunks()
+    if isinstance(kinds, pa.ChunkedArray):
+        kinds = kinds.combine_chunks()
+    encoded = pc.dictionary_encode(names.fill_null(""))
+    by_name = np.array([family_of(n) for n in encoded.dictionary.to_pylist()] or ["other"], dtype=object)
+    out = by_name[encoded.indices.to_numpy(zero_copy_only=False)]
+    kind_arr = kinds.fill_null("kernel").to_numpy(zero_copy_only=False)
+    for kind, fam in KIND_FAMILIES.items():
+        out[kind_arr == kind] = fam
+    return out

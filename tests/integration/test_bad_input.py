@@ -1,0 +1,132 @@
+"""Bad input: one clear error naming the file and what is wrong, exit 2, no traceback."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+from .helpers import run_aaco
+
+pytestmark = pytest.mark.integration
+
+
+def assert_clean_error(proc, *needles: str) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr + proc.stdout
+    text = " ".join(proc.stderr.split())  # rich may wrap long lines
+    for needle in needles:
+        assert needle in text, (needle, proc.stderr)
+
+
+def test_missing_model(tmp_path, aaco_bin):
+    missing = tmp_path / "nope.onnx"
+    proc = run_aaco(aaco_bin, "run", "--model", str(missing), "--out", str(tmp_path / "D"), "--no-progress")
+    assert_clean_error(proc, str(missing), "not found")
+
+
+def test_corrupt_model(tmp_path, aaco_bin):
+    bad = tmp_path / "corrupt.onnx"
+    bad.write_bytes(b"\x08\x07this is not a protobuf model\xff\xfe" * 50)
+    proc = run_aaco(aaco_bin, "run", "--model", str(bad), "--out", str(tmp_path / "D"), "--no-progress")
+    assert_clean_error(proc, str(bad), "not a valid ONNX model")
+
+
+def test_truncated_model(tmp_path, aaco_bin, resnet50):
+    bad = tmp_path / "truncated.onnx"
+    bad.write_bytes(resnet50.read_bytes()[:5000])
+    proc = run_aaco(aaco_bin, "run", "--model", str(bad), "--out", str(tmp_path / "D"), "--no-progress")
+    assert_clean_error(proc, str(bad))
+
+
+def test_unavailable_provider(tmp_path, aaco_bin):
+    proc = run_aaco(aaco_bin, "run", "--provider", "migraphx", "--out", str(tmp_path / "D"), "--no-progress")
+    assert_clean_error(proc, "--provider", "not available")
+
+
+def test_unrecognised_trace(tmp_path, aaco_bin):
+    junk = tmp_path / "junk.json"
+    junk.write_text('{"hello": "world"}')
+    proc = run_aaco(aaco_bin, "replay", str(junk), "--out", str(tmp_path / "D"))
+    assert_clean_error(proc, str(junk), "not a recognised trace")
+
+
+def test_missing_trace(tmp_path, aaco_bin):
+    missing = tmp_path / "gone.json"
+    proc = run_aaco(aaco_bin, "replay", str(missing), "--out", str(tmp_path / "D"))
+    assert_clean_error(proc, str(missing), "no such file")
+
+
+def test_truncated_trace_keeps_the_good_file(tmp_path, aaco_bin, samples):
+    data = gzip.decompress((samples / "kineto" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz").read_bytes())
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(data[: len(data) // 2])
+    good = samples / "kineto" / "a100_alexnet_trace.json.gz"
+    out = tmp_path / "D"
+    proc = run_aaco(aaco_bin, "replay", str(good), str(cut), "--out", str(out))
+    assert_clean_error(proc, str(cut), "JSON")
+    from .helpers import read_lake
+
+    assert read_lake(out, "kernels").num_rows == 98  # the good file made it
+
+
+def test_corrupt_gzip_trace(tmp_path, aaco_bin, samples):
+    raw = (samples / "kineto" / "a100_alexnet_trace.json.gz").read_bytes()
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(raw[: len(raw) // 3])
+    proc = run_aaco(aaco_bin, "replay", str(bad), "--out", str(tmp_path / "D"))
+    assert_clean_error(proc, str(bad))
+
+
+def test_bad_config_lists_every_error(tmp_path, aaco_bin):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(
+        "node: n1\n"
+        "sources:\n"
+        "  - type: ort\n"
+        "    iterations: -3\n"
+        "    colour: blue\n"
+        "  - type: warp-drive\n"
+        "exporters:\n"
+        "  prometheus: {port: 99999}\n"
+        "bogus: 1\n"
+    )
+    for args in (("config", "check", str(cfg)), ("agent", "--config", str(cfg))):
+        proc = run_aaco(aaco_bin, *args)
+        assert_clean_error(
+            proc,
+            str(cfg),
+            "sources[0].iterations",
+            "sources[0].colour: unknown key",
+            "sources[1].type",
+            "warp-drive",
+            "exporters.prometheus.port",
+            "bogus: unknown key",
+        )
+
+
+def test_config_yaml_syntax_error(tmp_path, aaco_bin):
+    cfg = tmp_path / "broken.yaml"
+    cfg.write_text("sources:\n  - type: ort\n   iterations: 3\n")
+    proc = run_aaco(aaco_bin, "config", "check", str(cfg))
+    assert_clean_error(proc, str(cfg), "line 3")
+
+
+def test_config_missing_file(tmp_path, aaco_bin):
+    proc = run_aaco(aaco_bin, "agent", "--config", str(tmp_path / "absent.yaml"))
+    assert_clean_error(proc, "absent.yaml", "file not found")
+
+
+def test_bad_usage_exits_2(aaco_bin):
+    proc = run_aaco(aaco_bin, "run", "--iterations", "zero")
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    proc = run_aaco(aaco_bin, "replay")
+    assert proc.returncode == 2
+
+
+def test_help_on_every_command(aaco_bin):
+    for args in ((), ("run",), ("replay",), ("agent",), ("config",), ("config", "check"), ("graph",), ("version",)):
+        proc = run_aaco(aaco_bin, *args, "--help")
+        assert proc.returncode == 0, args
+        assert "Usage" in proc.stdout

@@ -1,0 +1,83 @@
+"""`aaco run`: ONNX Runtime for real, end to end into the lake, analysis.json and the summary."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.compute as pc
+import pytest
+from aaco.agent.pipeline.schemas import REQUIRED
+
+from .helpers import read_lake, run_aaco
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def run_lake(tmp_path_factory, aaco_bin):
+    out = tmp_path_factory.mktemp("run") / "D"
+    proc = run_aaco(aaco_bin, "run", "--iterations", "20", "--warmup", "3", "--out", str(out), "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    return out, proc
+
+
+def test_exit_zero_and_summary(run_lake):
+    _, proc = run_lake
+    for col in ("p50 ms", "p95 ms", "p99 ms", "it/s", "kernels/it", "KAR", "launch tax", "device active"):
+        assert col in proc.stdout
+    assert "light_resnet50" in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+def test_lake_datasets_read_with_hive_partitioning(run_lake):
+    out, _ = run_lake
+    kernels = read_lake(out, "kernels")
+    iterations = read_lake(out, "iterations")
+    assert set(REQUIRED["kernels"]) <= set(kernels.schema.names)
+    assert set(REQUIRED["iterations"]) <= set(iterations.schema.names)
+    assert iterations.num_rows == 20
+    assert kernels.num_rows > 0
+    assert {"date", "node"} <= set(kernels.schema.names)  # hive partition keys
+    # every part sits under kind/date=YYYY-MM-DD/node=<node>/part-<seq>.parquet
+    parts = list((out / "kernels").rglob("*.parquet"))
+    assert parts and all(p.parent.name.startswith("node=") and p.parent.parent.name.startswith("date=") for p in parts)
+
+
+def test_every_kernel_belongs_to_a_timed_iteration(run_lake):
+    out, _ = run_lake
+    kernels = read_lake(out, "kernels")
+    iterations = read_lake(out, "iterations")
+    assert kernels.column("trace_id").null_count == 0
+    assert set(kernels.column("trace_id").to_pylist()) == set(iterations.column("trace_id").to_pylist())
+    assert set(kernels.column("parent_span_id").to_pylist()) == set(iterations.column("span_id").to_pylist())
+    # no warmup kernels: nothing starts before the first timed iteration
+    assert pc.min(kernels["start_ns"]).as_py() >= pc.min(iterations["start_ns"]).as_py()
+    # trace ids are distinct per iteration
+    assert len(set(iterations.column("trace_id").to_pylist())) == 20
+
+
+def test_analysis_json_kar_matches_lake(run_lake):
+    out, _ = run_lake
+    doc = json.loads((out / "analysis.json").read_text())
+    kar = doc["kar"]
+    value = kar["value"] if isinstance(kar, dict) else kar
+    assert value > 0
+    kernels = read_lake(out, "kernels")
+    per_iteration = kernels.filter(pc.equal(kernels["kind"], "kernel")).num_rows / 20
+    model = doc["kar"]["models"]["light_resnet50"]
+    assert model["graph_nodes"] == 415
+    assert model["kernels_per_iteration"] == pytest.approx(per_iteration)
+    assert value == pytest.approx(per_iteration / 415)
+    for key in ("launch", "activity", "latency"):
+        assert key in doc
+    dev = doc["activity"]["devices"][0]
+    assert 0 < dev["active_ratio"] <= 1
+    assert doc["latency"]["models"]["light_resnet50"]["iterations"] == 20
+    assert doc["launch"]["models"]["light_resnet50"]["launch_tax"] >= 0
+
+
+def test_sources_json_records_the_clock(run_lake):
+    out, _ = run_lake
+    rec = json.loads((out / "sources.json").read_text())["sources"][0]
+    assert rec["clock"]["method"] == "ort-profiling-start"
+    assert rec["events"]["iterations"] == 20

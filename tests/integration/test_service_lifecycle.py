@@ -1,0 +1,113 @@
+"""The service lifecycle with real sources: shutdown is idempotent, safe before start, and flushes."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from aaco.agent.config import load_config
+from aaco.agent.service import AgentService, State
+from aaco.exporters.testing import InMemoryExporter
+
+pytestmark = pytest.mark.integration
+
+
+class CountingProgress:
+    def __init__(self):
+        self.steps = 0
+
+    def start(self, task, total):
+        pass
+
+    def advance(self, task, steps=1):
+        self.steps += steps
+
+    def finish(self, task):
+        pass
+
+
+def service_for(tmp_path, sources, progress=None, **pipeline):
+    cfg = load_config(
+        None,
+        {
+            "node": "n1",
+            "sources": sources,
+            "exporters": {"prometheus": {"enabled": False}, "lake": {"path": str(tmp_path / "lake")}},
+            "pipeline": pipeline,
+        },
+        env={},
+    )
+    mem = InMemoryExporter()
+    return AgentService(cfg, progress=progress, extra_exporters=[mem]), mem
+
+
+def test_shutdown_before_start_is_safe_and_idempotent(tmp_path):
+    svc, mem = service_for(tmp_path, [])
+    svc.shutdown()
+    svc.shutdown()
+    assert svc.state is State.STOPPED
+    assert mem.started == 0 and mem.shutdowns == 0
+    with pytest.raises(RuntimeError):
+        svc.start()
+
+
+def test_shutdown_twice_flushes_once(tmp_path, samples):
+    svc, mem = service_for(tmp_path, [{"type": "replay", "paths": [str(samples / "kineto")]}])
+    svc.start()
+    deadline = time.monotonic() + 60
+    while not svc.sources_done() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    svc.shutdown()
+    svc.shutdown()
+    assert svc.state is State.STOPPED
+    assert mem.flushes == 1 and mem.shutdowns == 1
+    table = mem.table("kernels")
+    assert table is not None and table.num_rows == 114
+    assert mem.snapshots and "kar" in mem.snapshots[-1].results
+    assert (tmp_path / "lake" / "analysis.json").exists()
+
+
+def test_concurrent_shutdowns(tmp_path, samples):
+    svc, mem = service_for(tmp_path, [{"type": "replay", "paths": [str(samples / "kineto")]}])
+    svc.start()
+    threads = [threading.Thread(target=svc.shutdown) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert svc.state is State.STOPPED
+    assert mem.shutdowns == 1
+
+
+def test_shutdown_mid_workload_keeps_what_ran(tmp_path):
+    progress = CountingProgress()
+    svc, mem = service_for(
+        tmp_path, [{"type": "ort", "iterations": 1000, "warmup": 0}], progress, shutdown_timeout_s=20
+    )
+    svc.start()
+    deadline = time.monotonic() + 60
+    while progress.steps < 20 and time.monotonic() < deadline:  # 20 iterations into a 1000-iteration cycle
+        time.sleep(0.05)
+    assert mem.table("iterations") is None  # nothing published before the cycle ends
+    t0 = time.monotonic()
+    svc.shutdown()
+    assert time.monotonic() - t0 < 20
+    iterations = mem.table("iterations")
+    kernels = mem.table("kernels")
+    assert iterations is not None and 0 < iterations.num_rows < 1000
+    assert kernels is not None and kernels.column("trace_id").null_count == 0
+
+
+def test_health_follows_the_lifecycle(tmp_path, samples):
+    svc, _ = service_for(tmp_path, [{"type": "replay", "paths": [str(samples / "kineto")]}])
+    assert svc.live() == (False, "not started")
+    assert svc.ready()[0] is False
+    svc.start()
+    deadline = time.monotonic() + 10
+    while not svc.ready()[0] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert svc.ready() == (True, "ok")
+    assert svc.live() == (True, "ok")
+    svc.shutdown()
+    assert svc.live() == (False, "stopped")

@@ -41,7 +41,7 @@ class _TraceServicer(trace_service_pb2_grpc.TraceServiceServicer):
     def __init__(self, got: Collected) -> None:
         self.got = got
 
-    def Export(self, request, context):  # noqa: N802 - generated name
+    def Export(self, request, context):
         with self.got.lock:
             self.got.calls += 1
             self.got.metadata.append(dict(context.invocation_metadata()))
@@ -56,7 +56,7 @@ class _MetricsServicer(metrics_service_pb2_grpc.MetricsServiceServicer):
     def __init__(self, got: Collected) -> None:
         self.got = got
 
-    def Export(self, request, context):  # noqa: N802 - generated name
+    def Export(self, request, context):
         with self.got.lock:
             self.got.metric_requests.append(request)
         return metrics_service_pb2.ExportMetricsServiceResponse()
@@ -94,7 +94,7 @@ class HttpReceiver:
             def log_message(self, *args):
                 pass
 
-            def do_POST(self):  # noqa: N802 - http.server naming
+            def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 if self.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)

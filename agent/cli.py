@@ -339,6 +339,14 @@ def config_check(
     out_console.print(f"{file}: ok (node {cfg.node}; sources: {kinds})", highlight=False)
 
 
+@config_app.command("example")
+def config_example() -> None:
+    """Print an annotated configuration with every key, its default and what it does."""
+    from .config_doc import example_config
+
+    typer.echo(example_config(), nl=False)
+
+
 @app.command()
 def graph(
     model: Annotated[Path, typer.Argument(help="ONNX model file.")],
@@ -365,6 +373,22 @@ def graph(
     table = Table("op", "count")
     for op, n in doc["ops"].items():
         table.add_row(op, str(n))
+    out_console.print(table)
+
+
+@app.command()
+def metrics(
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print the table of docs/metrics.md.")] = False,
+) -> None:
+    """List every metric the agent exports: Prometheus and OpenTelemetry names, type, unit, labels."""
+    from .metrics_doc import all_metrics, markdown_table, prom_exposed_name
+
+    if markdown:
+        typer.echo(markdown_table())
+        return
+    table = Table("prometheus", "type", "unit", "labels", "description")
+    for m in all_metrics():
+        table.add_row(prom_exposed_name(m), m.kind, m.unit, ",".join(m.labels), m.description)
     out_console.print(table)
 
 

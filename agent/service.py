@@ -168,6 +168,12 @@ class AgentService:
                 run.ctx.abort.set()
                 log.warning("source %s did not stop in time; what it still holds is dropped", n)
 
+    @property
+    def sources(self) -> dict[str, Source]:
+        """The running (or finished) sources by name."""
+        with self._lock:
+            return {name: run.source for name, run in self._sources.items()}
+
     def sources_done(self) -> bool:
         """True when every source has ended (replays finished, fixed cycles run)."""
         with self._lock:

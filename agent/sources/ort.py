@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+from collections import deque
 from pathlib import Path
 from typing import Literal
 
@@ -71,6 +72,9 @@ class OrtSource(Source):
         self.config = config
         self.finite = config.cycles is not None
         self.model_path = resolve_model(config.model)
+        # Wall-clock latency of every timed run as the caller sees it (perf_counter around run()),
+        # the measure benchmarks/run_overhead.py compares with and without the agent; bounded.
+        self.wall_latencies_ns: deque[int] = deque(maxlen=100_000)
 
     def run(self, ctx: SourceContext) -> None:
         """Run cycles until done or stopped; a model that cannot be loaded is a fatal problem."""
@@ -116,6 +120,7 @@ class OrtSource(Source):
                     ctx.progress.finish(task)
                     return
                 ctx.progress.finish(task)
+                self.wall_latencies_ns.extend(result.latencies_ns)
                 if opt_path is not None and opt_path.exists():
                     optimized_nodes = _optimized_node_count(opt_path)
                 self._publish_cycle(ctx, result, name, graph.nodes, optimized_nodes, provider)

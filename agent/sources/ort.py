@@ -160,7 +160,7 @@ class OrtSource(Source):
             source=self.name,
         )
         # skip_runs drops the warmup runs; a cycle cut short by a stop just has fewer timed runs.
-        publish_parsed(ctx, self.name, f"{name} cycle {result.profiling_start_ns}", parsed)
+        publish_parsed(ctx, self.name, f"{name} cycle {result.profiling_start_ns}", parsed, live=True)
 
 
 def create(config: OrtSourceConfig, name: str) -> OrtSource:

@@ -65,10 +65,13 @@ def parse_file(tf: TraceFile, *, node: str, source: str, model: str | None, max_
         raise TraceFormatError(str(exc), subject=tf.path) from exc
 
 
-def publish_parsed(ctx: SourceContext, source: str, subject: str, parsed: ParsedTrace) -> bool:
-    """Publish a parsed trace (iterations first, so the correlator knows them before their kernels)."""
-    ok = ctx.publish(source, "iterations", parsed.iterations, durable=True)
-    ok &= ctx.publish(source, "kernels", parsed.kernels, durable=True)
+def publish_parsed(ctx: SourceContext, source: str, subject: str, parsed: ParsedTrace, live: bool = False) -> bool:
+    """Publish a parsed trace (iterations first, so the correlator knows them before their kernels).
+
+    ``live`` marks a capture that just happened (its lag is reported); a replayed file is history.
+    """
+    ok = ctx.publish(source, "iterations", parsed.iterations, durable=True, live=live)
+    ok &= ctx.publish(source, "kernels", parsed.kernels, durable=True, live=live)
     for reason, count in parsed.skipped.items():
         ctx.problem(source, subject, reason, f"skipped {count} event(s): {reason}", fatal=False, count=count)
     ctx.record(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import socket
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -156,6 +157,20 @@ def _env_path(model: type[BaseModel], parts: list[str]) -> list[str] | None:
     return None
 
 
+def _is_str_field(path: list[str]) -> bool:
+    """True when the field at ``path`` holds a string (so an env value is taken verbatim)."""
+    model: type[BaseModel] | None = AgentConfig
+    field = None
+    for key in path:
+        if model is None:
+            return False
+        field = model.model_fields[key]
+        model = _field_model(field.annotation)
+    if field is None:
+        return False
+    return field.annotation is str or set(typing.get_args(field.annotation)) == {str, type(None)}
+
+
 def _set(doc: dict[str, Any], path: list[str], value: Any) -> None:
     cur = doc
     for key in path[:-1]:
@@ -184,11 +199,14 @@ def apply_env(doc: dict[str, Any], env: Mapping[str, str]) -> list[str]:
         if path is None:
             problems.append(f"{var}: no such configuration key")
             continue
-        try:
-            value = yaml.safe_load(env[var])
-        except yaml.YAMLError as exc:
-            problems.append(f"{var}: not a valid YAML value ({exc.problem})")
-            continue
+        if _is_str_field(path):
+            value: Any = env[var]  # AACO_NODE=7 is the node "7", not the number 7
+        else:
+            try:
+                value = yaml.safe_load(env[var])
+            except yaml.YAMLError as exc:
+                problems.append(f"{var}: not a valid YAML value ({exc.problem})")
+                continue
         _set(doc, path, value)
     return problems
 

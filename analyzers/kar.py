@@ -104,7 +104,9 @@ class KarAnalyzer(Analyzer):
         self._nodes: dict[tuple[str, str], tuple[int | None, int | None]] = {}
 
     def _room(self, key: tuple[str, str]) -> bool:
-        return key in self._iterations or len(self._iterations) < self._max_models
+        if key in self._iterations or key in self._kernels:
+            return True
+        return len(set(self._iterations) | set(self._kernels)) < self._max_models
 
     def update(self, item: EventBatch) -> None:
         """Fold iterations (counts, graph sizes) or correlated kernels in."""

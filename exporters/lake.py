@@ -2,8 +2,13 @@
 
 ``DIR/<kind>/date=YYYY-MM-DD/node=<node>/part-<seq>.parquet``, hive-partitioned, every part of one
 kind with the full schema of that kind (``schemas.conform``) so the dataset reads as one table with
-pyarrow.dataset, pandas or DuckDB. Rows are buffered per partition and written when a buffer holds
-``flush_rows`` rows, when ``flush_interval_s`` passed, or on flush/shutdown. A part is written to a
+pyarrow.dataset, pandas or DuckDB. ``date`` and ``node`` live only in the path (as hive partitions
+do): a ``node`` column inside the files would clash with the partition key when a reader infers it
+(a node named ``7`` reads as an integer key) and would be replaced by it anyway. The node is
+URI-encoded in the path (``rack/7`` -> ``node=rack%2F7``), which hive readers decode.
+
+Rows are buffered per partition and written when a buffer holds ``flush_rows`` rows, when
+``flush_interval_s`` passed, or on flush/shutdown. A part is written to a
 hidden temporary file and then hard-linked to its final name, which fails rather than overwrite if
 the name exists (a second writer, a restart): the sequence number then moves on. Readers never see
 a half-written part; the temporary names start with ``.`` which pyarrow.dataset skips.
@@ -17,6 +22,7 @@ import os
 import re
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,7 +40,6 @@ from .base import Exporter, ExportResult
 
 log = logging.getLogger("aaco.exporters.lake")
 _PART = re.compile(r"^part-(\d+)\.parquet$")
-_SAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 class LakeConfig(StrictModel):
@@ -135,10 +140,10 @@ class LakeExporter(Exporter):
             if not batches:
                 continue
             kind, date, node = key
-            directory = self.root / kind / f"date={date}" / f"node={_SAFE.sub('_', node)}"
+            directory = self.root / kind / f"date={date}" / f"node={urllib.parse.quote(node, safe='')}"
             try:
                 directory.mkdir(parents=True, exist_ok=True)
-                table = pa.Table.from_batches(batches, schema=SCHEMAS[kind])
+                table = pa.Table.from_batches(batches, schema=SCHEMAS[kind]).drop_columns(["node"])
                 tmp = directory / f".part-{os.getpid()}-{threading.get_ident()}.tmp"
                 pq.write_table(table, tmp, compression=self.config.compression)
                 while True:

@@ -112,7 +112,10 @@ def render(points: Iterable[MetricPoint]) -> Iterator[Metric]:
                         bucket.append(Exemplar({"trace_id": h.exemplar_trace_id}, h.exemplar_value))
                         placed = True
                     buckets.append(bucket)
-                buckets.append(["+Inf", float(h.count)])
+                inf: list[Any] = ["+Inf", float(h.count)]
+                if h.exemplar_trace_id and not placed and h.exemplar_value is not None:
+                    inf.append(Exemplar({"trace_id": h.exemplar_trace_id}, h.exemplar_value))
+                buckets.append(inf)
                 fam.add_metric([p.labels[k] for k in labels], buckets, h.total)
         else:
             fam = GaugeMetricFamily(metric.prom_name, metric.description, labels=labels)

@@ -48,4 +48,8 @@ def us_to_ns(values: np.ndarray) -> np.ndarray:
     """Microseconds (int or float, as trace formats store them) to int64 nanoseconds, rounded."""
     if values.dtype.kind in "iu":
         return values.astype(np.int64) * NS_PER_US
-    return np.rint(values.astype(np.float64) * NS_PER_US).astype(np.int64)
+    # Split whole and fractional microseconds: whole * 1000 stays exact in int64, while
+    # float64 * 1000 would pass 2**53 for epoch microseconds and lose up to ~128 ns.
+    v = values.astype(np.float64)
+    whole = np.floor(v)
+    return whole.astype(np.int64) * NS_PER_US + np.rint((v - whole) * NS_PER_US).astype(np.int64)

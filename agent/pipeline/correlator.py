@@ -208,8 +208,10 @@ class Correlator:
             fields["run_id"][matched_rows] = index.run_ids[matched_pos]
             fields["iteration"][matched_rows] = index.iterations[matched_pos]
             later[rows[~ok]] = times[rows[~ok]] > index.ends.max()
-        matched = hit >= 0
-        # Keep context a source already set; fill only what is missing.
+        # A row that already has a trace (set by its source) keeps its own context whole; the others
+        # take trace, parent and iteration from their matched iteration together, never mixed.
+        own = _np(batch.column("trace_id").is_valid(), False).astype(bool)
+        matched = (hit >= 0) & ~own
         values = {}
         for name in _CONTEXT_COLUMNS:
             existing = batch.column(name)
@@ -217,13 +219,17 @@ class Correlator:
             if name == "iteration":
                 new = pa.array(np.where(matched, arr, 0), type=pa.int64(), mask=~matched)
             else:
-                new = pa.array(arr, type=pa.string())
-            values[name] = pc.coalesce(existing, new) if existing.null_count < n else new
+                new = pa.array(np.where(matched, arr, None), type=pa.string())
+            if name in ("run_id", "model"):
+                # the capture's identity and the model a source stamped stay; the match fills the gaps
+                values[name] = pc.coalesce(existing, new)
+            else:
+                values[name] = pc.if_else(pa.array(own), existing, new)
         out_batch = _with_columns(batch, values)
-        hold_mask = ~matched & later if hold else np.zeros(n, dtype=bool)
+        hold_mask = ~matched & ~own & later if hold else np.zeros(n, dtype=bool)
         go_mask = ~hold_mask
         out: list[EventBatch] = []
-        n_matched = int(matched.sum())
+        n_matched = int((matched | own).sum())
         if n_matched:
             self._stats.inc(CORRELATED, n_matched, outcome="matched")
         if go_mask.all():

@@ -194,6 +194,9 @@ def conform(kind: str, data: pa.RecordBatch | pa.Table | dict[str, object]) -> p
             if isinstance(col, pa.ChunkedArray):
                 col = col.combine_chunks()
             if col.type != field.type:
+                from_text = pa.types.is_string(col.type) or pa.types.is_large_string(col.type)
+                if from_text and not (pa.types.is_string(field.type) or pa.types.is_large_string(field.type)):
+                    raise SchemaError(f"{kind}.{field.name}: strings where {field.type} belongs")
                 try:
                     col = col.cast(field.type, safe=True)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:

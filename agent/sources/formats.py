@@ -23,7 +23,11 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 # Categories ONNX Runtime writes into its profile (a JSON list of Chrome-trace events).
 _ORT_HEAD = re.compile(rb'^\s*\[\s*\{[^\[\]]*"cat"\s*:\s*"(Session|Node|Kernel)"', re.S)
-_KINETO_KEYS = (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"', b'"baseTimeNanoseconds"')
+# Kineto writes schemaVersion/deviceProperties/baseTimeNanoseconds, or at least its own categories.
+_KINETO_KEYS = (b'"schemaVersion"', b'"deviceProperties"', b'"baseTimeNanoseconds"', b'"distributedInfo"')
+_KINETO_CATS = re.compile(
+    rb'"cat"\s*:\s*"(cpu_op|cuda_runtime|kernel|gpu_memcpy|gpu_memset|user_annotation|python_function)"'
+)
 
 
 @dataclass(frozen=True)
@@ -71,8 +75,11 @@ def sniff(head: bytes) -> str | None:
     text = head.lstrip()
     if text.startswith(b"[") and _ORT_HEAD.match(text):
         return "ort_profile"
-    if text.startswith(b"{") and any(k in head for k in _KINETO_KEYS):
-        return "kineto"
+    if text.startswith(b"{"):
+        if b'"BeginNs"' in head:  # rocprof v1/v2 results.json: a Chrome trace, but not Kineto's
+            return None
+        if any(k in head for k in _KINETO_KEYS) or (b'"traceEvents"' in head and _KINETO_CATS.search(head)):
+            return "kineto"
     return None
 
 
@@ -104,7 +111,9 @@ def expand(paths: list[Path]) -> list[Path]:
     out: list[Path] = []
     for p in paths:
         if p.is_dir():
-            out += sorted(f for f in p.rglob("*") if f.is_file() and not any(s.startswith(".") for s in f.parts))
+            out += sorted(
+                f for f in p.rglob("*") if f.is_file() and not any(s.startswith(".") for s in f.relative_to(p).parts)
+            )
         else:
             out.append(p)
     return out

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from typing import Any
 
@@ -121,6 +122,9 @@ def parse_ort_profile(
     runs.sort()
     kept_runs = runs[skip_runs:]
     first_ts = kept_runs[0][0] if kept_runs else None
+    if skip_runs and not kept_runs:
+        # Every run was warmup (a cycle stopped before its timed runs): nothing of it is published.
+        nodes, kernels = [], []
     off = clock.offset_ns
 
     it_rows = {k: [] for k in ("start_ns", "end_ns", "pid", "tid", "iteration", "trace_id", "span_id")}
@@ -205,7 +209,7 @@ def parse_ort_profile(
             rows[f"workgroup_{axis}"].append(v)
 
     gpu_kernels_present = bool(kernels)
-    node_by_name: dict[str, dict[str, Any]] = {}
+    launches: dict[str, list[dict[str, Any]]] = {}  # node name -> its launches in time order
     for nd in nodes:
         if first_ts is not None and nd["ts"] < first_ts:
             continue
@@ -227,16 +231,22 @@ def parse_ort_profile(
                 (None,) * 3,
             )
         else:
-            node_by_name[nd["node"]] = nd  # the latest launch of this node, for the kernels that follow
+            launches.setdefault(nd["node"], []).append(nd)
+    for lst in launches.values():
+        lst.sort(key=lambda e: e["ts"])
+    launch_ts = {name: [nd["ts"] for nd in lst] for name, lst in launches.items()}
     for k in sorted(kernels, key=lambda e: e["ts"]):
         if first_ts is not None and k["ts"] < first_ts:
             continue
         args = k["args"]
         parent = args.get("parent_name")
-        launch_node = node_by_name.get(parent) if isinstance(parent, str) else None
         launch = None
-        if launch_node is not None and launch_node["ts"] <= k["ts"]:
-            launch = (launch_node["ts"], launch_node["ts"] + launch_node["dur"])
+        if isinstance(parent, str) and parent in launches:
+            # the latest launch of this node that started before the kernel: its own run's launch
+            i = bisect.bisect_right(launch_ts[parent], k["ts"]) - 1
+            if i >= 0:
+                nd = launches[parent][i]
+                launch = (nd["ts"], nd["ts"] + nd["dur"])
         device = _int_arg(args, "device", "device_id")
         add(
             k["ts"],

@@ -24,7 +24,7 @@ def test_replay_serve_scrape_and_sigterm(tmp_path, aaco_bin, samples, free_port)
     base = f"http://127.0.0.1:{free_port}"
     try:
         wait_for(lambda: http_get(base + "/healthz")[0] == 200, 60, what="/healthz")
-        assert http_get(base + "/readyz")[0] == 200
+        wait_for(lambda: http_get(base + "/readyz")[0] == 200, 10, what="/readyz")
 
         def scraped():
             status, body = http_get(base + "/metrics")

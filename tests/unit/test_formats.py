@@ -1,0 +1,186 @@
+"""Trace file recognition: sniff by content, gzip by content, identify errors, expand directories."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from aaco.agent.errors import TraceFormatError
+from aaco.agent.sources.formats import expand, identify, read_all, read_head, sniff
+
+ORT = (
+    b'[\n{"cat" : "Session","pid" :1,"tid" :1,"dur" :5,"ts" :1,"ph" : "X","name" :"model_loading_uri","args" : {}}\n]\n'
+)
+ORT_NODE_FIRST = b'  [{"cat":"Node","name":"a_kernel_time","ts":1,"dur":1}]'
+KINETO = b'{"schemaVersion": 1, "deviceProperties": [], "traceEvents": []}'
+
+
+@pytest.mark.parametrize(
+    ("head", "fmt"),
+    [
+        (ORT, "ort_profile"),
+        (ORT_NODE_FIRST, "ort_profile"),
+        (b'[{"cat":"Kernel","name":"k"}]', "ort_profile"),
+        (KINETO, "kineto"),
+        (b'\n  {"traceEvents": [', None),  # a bare Chrome trace head: not enough to call it Kineto
+        (b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k"}', "kineto"),
+        (b'{"baseTimeNanoseconds": 1', "kineto"),
+        (b'{"foo": 1}', None),
+        (b'[{"cat":"Api","name":"x"}]', None),
+        (b'[{"args": [1], "cat": "Session"}]', None),  # a list before the category: not ORT's layout
+        (b"[1, 2, 3]", None),
+        (b"Kind,Agent_Id,Queue_Id\n", None),
+        (b"", None),
+        (b"\x00\x01binary", None),
+    ],
+)
+def test_sniff(head, fmt):
+    assert sniff(head) == fmt
+
+
+def test_sniff_real_samples(samples):
+    for name in ("kineto/mi250_minitoy_train_ROCm6_2_kineto.json.gz", "kineto/a100_alexnet_trace.json.gz"):
+        assert sniff(read_head(samples / name)) == "kineto"
+    # real files of other formats are not mistaken for ours
+    assert sniff(read_head(samples / "rocprofv3/kernel_trace.csv")) is None
+    assert sniff(read_head(samples / "rocm-smi/mi100_rocm602.json")) is None
+    assert sniff(read_head(samples / "amd-smi/amd-smi-metric.json")) is None
+
+
+def test_rocprof_v1_chrome_trace_is_not_kineto(samples):
+    assert sniff(read_head(samples / "rocprof-v1/hip_trace_results.json")) is None
+
+
+def test_identify_real_kineto_sample(samples):
+    tf = identify(samples / "kineto/a100_alexnet_trace.json.gz")
+    assert tf.format == "kineto"
+    st = (samples / "kineto/a100_alexnet_trace.json.gz").stat()
+    assert tf.size == st.st_size
+    assert tf.mtime_ns == st.st_mtime_ns
+    assert len(tf.identity) == 24
+
+
+def test_gzip_detected_by_content_not_name(tmp_path):
+    disguised = tmp_path / "profile.json"  # actually gzip
+    disguised.write_bytes(gzip.compress(ORT))
+    plain_gz = tmp_path / "trace.json.gz"  # actually plain
+    plain_gz.write_bytes(KINETO)
+    assert read_head(disguised) == ORT
+    assert read_all(disguised) == ORT
+    assert read_head(plain_gz) == KINETO
+    assert identify(disguised).format == "ort_profile"
+    assert identify(plain_gz).format == "kineto"
+
+
+def test_read_head_limits_bytes(tmp_path):
+    p = tmp_path / "big.json"
+    p.write_bytes(b"[" + b" " * 100_000 + b"]")
+    assert len(read_head(p, 10)) == 10
+
+
+def test_read_all_refuses_beyond_limit(tmp_path):
+    p = tmp_path / "t.json.gz"
+    p.write_bytes(gzip.compress(KINETO))
+    assert read_all(p, max_bytes=len(KINETO)) == KINETO
+    with pytest.raises(TraceFormatError, match="byte limit") as exc:
+        read_all(p, max_bytes=len(KINETO) - 1)
+    assert exc.value.hint
+
+
+def test_truncated_gzip_is_a_trace_format_error(tmp_path):
+    p = tmp_path / "t.json.gz"
+    p.write_bytes(gzip.compress(KINETO * 100)[:40])
+    with pytest.raises(TraceFormatError, match="cannot read"):
+        read_all(p)
+
+
+def test_identity_depends_on_content(tmp_path):
+    a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    a.write_bytes(KINETO)
+    b.write_bytes(KINETO)
+    c.write_bytes(KINETO.replace(b"1", b"2"))
+    assert identify(a).identity == identify(b).identity
+    assert identify(a).identity != identify(c).identity
+
+
+def test_identify_missing(tmp_path):
+    with pytest.raises(TraceFormatError, match="no such file") as exc:
+        identify(tmp_path / "nope.json")
+    assert exc.value.subject == os.fspath(tmp_path / "nope.json")
+
+
+def test_identify_directory(tmp_path):
+    with pytest.raises(TraceFormatError, match="is a directory"):
+        identify(tmp_path)
+
+
+def test_identify_empty(tmp_path):
+    p = tmp_path / "empty.json"
+    p.write_bytes(b"")
+    with pytest.raises(TraceFormatError, match="empty file"):
+        identify(p)
+
+
+def test_identify_unreadable(tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root reads files whatever their mode; the directory case above covers unreadable input")
+    p = tmp_path / "secret.json"
+    p.write_bytes(KINETO)
+    p.chmod(0)
+    try:
+        with pytest.raises(TraceFormatError, match="not readable"):
+            identify(p)
+    finally:
+        p.chmod(0o600)
+
+
+def test_identify_junk(tmp_path):
+    p = tmp_path / "junk.json"
+    p.write_bytes(b'{"hello": "world"}')
+    with pytest.raises(TraceFormatError, match="not a recognised trace"):
+        identify(p)
+
+
+def test_identify_junk_gzip(tmp_path):
+    p = tmp_path / "junk.gz"
+    p.write_bytes(gzip.compress(b"just text"))
+    with pytest.raises(TraceFormatError, match="not a recognised trace"):
+        identify(p)
+
+
+def test_expand_files_and_directories(tmp_path):
+    d = tmp_path / "traces"
+    (d / "sub").mkdir(parents=True)
+    (d / ".hidden").mkdir()
+    for rel in ("b.json", "a.json.gz", "sub/c.json", ".dot.json", ".hidden/x.json"):
+        (d / rel).write_bytes(KINETO)
+    single = tmp_path / "single.json"
+    single.write_bytes(KINETO)
+    missing = tmp_path / "missing.json"
+    out = expand([single, d, missing])
+    assert out == [single, d / "a.json.gz", d / "b.json", d / "sub" / "c.json", missing]
+
+
+def test_expand_relative_directory(tmp_path, monkeypatch):
+    d = tmp_path / "traces"
+    d.mkdir()
+    (d / "a.json").write_bytes(KINETO)
+    monkeypatch.chdir(tmp_path)
+    assert expand([Path("traces")]) == [Path("traces/a.json")]
+
+
+@pytest.mark.parametrize("how", ["hidden-parent", "dotdot"])
+def test_expand_directory_below_a_hidden_one(tmp_path, monkeypatch, how):
+    d = tmp_path / ".cache" / "traces"
+    d.mkdir(parents=True)
+    (d / "a.json").write_bytes(KINETO)
+    if how == "hidden-parent":
+        assert expand([d]) == [d / "a.json"]
+    else:
+        (tmp_path / "work").mkdir()
+        shutil.copy(d / "a.json", tmp_path / "work" / "a.json")
+        monkeypatch.chdir(tmp_path / "work")
+        assert expand([Path("../work")]) == [Path("../work/a.json")]

@@ -1,0 +1,299 @@
+"""Kineto (PyTorch profiler) traces: both real samples, and synthetic variants for the clock rules."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from aaco.agent.pipeline.ids import trace_id
+from aaco.agent.pipeline.schemas import conform
+from aaco.agent.sources.kineto import kineto_clock, parse_kineto
+
+MI250 = "kineto/mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+A100 = "kineto/a100_alexnet_trace.json.gz"
+GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+MTIME = 1_700_000_000_123_456_789
+
+
+def load(path: Path) -> dict:
+    with gzip.open(path, "rt") as fh:
+        return json.load(fh)
+
+
+def gpu_events(doc: dict) -> list[dict]:
+    return [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") in GPU_CATS]
+
+
+def parse(doc, **kw):
+    args = {"node": "n1", "identity": "ident", "run_id": "run", "model": "toy", "file_mtime_ns": MTIME}
+    args.update(kw)
+    return parse_kineto(doc, **args)
+
+
+def check_durations(parsed, events):
+    """Per kind: count and summed duration (ns), within 1 ns of rounding per event."""
+    kinds = parsed.kernels.column("kind").to_pylist()
+    durs = [
+        e - s
+        for s, e in zip(
+            parsed.kernels.column("start_ns").to_pylist(), parsed.kernels.column("end_ns").to_pylist(), strict=True
+        )
+    ]
+    for cat, kind in GPU_CATS.items():
+        evs = [e for e in events if e["cat"] == cat]
+        got = [d for k, d in zip(kinds, durs, strict=True) if k == kind]
+        assert len(got) == len(evs), kind
+        expected_ns = sum(e["dur"] for e in evs) * 1000
+        assert abs(sum(got) - expected_ns) <= len(evs), kind
+
+
+def test_mi250_sample(samples):
+    doc = load(samples / MI250)
+    events = gpu_events(doc)
+    p = parse(doc)
+    assert p.format == "kineto"
+    assert Counter(p.kernels.column("kind").to_pylist()) == {"kernel": 14, "memcpy": 2}
+    check_durations(p, events)
+    base = doc["baseTimeNanoseconds"]
+    assert p.clock.method == "kineto-baseTimeNanoseconds"
+    assert p.clock.offset_ns == base
+    first_ts = min(e["ts"] for e in events)
+    assert abs(p.kernels.column("start_ns")[0].as_py() - (base + round(first_ts * 1000))) <= 1
+    # every GPU event was launched by the one training process, on device 2
+    hip_pids = {e["pid"] for e in doc["traceEvents"] if e.get("cat") == "cuda_runtime"}
+    assert hip_pids == {597913}
+    assert set(p.kernels.column("pid").to_pylist()) == hip_pids
+    assert set(p.kernels.column("device").to_pylist()) == {"2"}
+    assert p.pids == (597913,)
+    assert p.kernels.column("launch_start_ns").null_count == 0
+    starts = p.kernels.column("start_ns").to_pylist()
+    assert starts == sorted(starts)
+    assert sorted(p.kernels.column("correlation_id").to_pylist()) == sorted(e["args"]["correlation"] for e in events)
+    conform("kernels", p.kernels)
+
+
+def test_mi250_iterations(samples):
+    doc = load(samples / MI250)
+    steps = [
+        e
+        for e in doc["traceEvents"]
+        if e.get("cat") == "user_annotation" and e.get("name", "").startswith("ProfilerStep#")
+    ]
+    assert len(steps) == 2
+    p = parse(doc)
+    it = p.iterations.to_pylist()
+    assert [r["iteration"] for r in it] == [1, 2]
+    assert [r["name"] for r in it] == ["ProfilerStep#1", "ProfilerStep#2"]
+    base = doc["baseTimeNanoseconds"]
+    for r, e in zip(it, sorted(steps, key=lambda e: e["ts"]), strict=True):
+        assert abs(r["start_ns"] - (base + round(e["ts"] * 1000))) <= 1
+        assert abs((r["end_ns"] - r["start_ns"]) - e["dur"] * 1000) <= 1
+        assert r["pid"] == 597913
+        assert (r["model"], r["run_id"], r["node"], r["source"]) == ("toy", "run", "n1", "kineto")
+    assert it[0]["trace_id"] == trace_id("n1", "ident", "ProfilerStep#1")
+    assert it[0]["trace_id"] != it[1]["trace_id"]
+    conform("iterations", p.iterations)
+
+
+def test_mi250_op_names_from_cpu_ops(samples):
+    doc = load(samples / MI250)
+    ops: dict[int, str] = {}
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "cpu_op" and "External id" in e.get("args", {}):
+            ops.setdefault(e["args"]["External id"], e["name"])
+    ext_by_corr = {e["args"]["correlation"]: e["args"].get("External id") for e in gpu_events(doc)}
+    p = parse(doc)
+    for corr, op in zip(
+        p.kernels.column("correlation_id").to_pylist(), p.kernels.column("op_name").to_pylist(), strict=True
+    ):
+        assert op == ops.get(ext_by_corr[corr])
+    assert p.kernels.column("op_name").null_count < p.kernels.num_rows
+
+
+def test_a100_sample(samples):
+    doc = load(samples / A100)
+    assert "baseTimeNanoseconds" not in doc
+    events = gpu_events(doc)
+    p = parse(doc, source="replay-a100")
+    assert Counter(p.kernels.column("kind").to_pylist()) == {"kernel": 79, "memcpy": 16, "memset": 3}
+    check_durations(p, events)
+    # integer microseconds: durations are exact
+    total = sum(
+        e - s
+        for s, e in zip(p.kernels.column("start_ns").to_pylist(), p.kernels.column("end_ns").to_pylist(), strict=True)
+    )
+    assert total == sum(e["dur"] for e in events) * 1000
+    assert p.clock.method == "kineto-epoch-us"
+    assert p.clock.offset_ns == 0
+    assert p.kernels.column("start_ns")[0].as_py() == min(e["ts"] for e in events) * 1000
+    assert p.iterations.num_rows == 0
+    assert set(p.kernels.column("pid").to_pylist()) == {2869224}
+    assert p.kernels.column("launch_start_ns").null_count == 0
+    assert set(p.kernels.column("source").to_pylist()) == {"replay-a100"}
+    assert sorted(p.kernels.column("correlation_id").to_pylist()) == sorted(e["args"]["correlation"] for e in events)
+    # each launch precedes or overlaps its GPU work
+    for ls, s in zip(
+        p.kernels.column("launch_start_ns").to_pylist(), p.kernels.column("start_ns").to_pylist(), strict=True
+    ):
+        assert ls <= s
+    conform("kernels", p.kernels)
+    conform("iterations", p.iterations)
+
+
+def test_a100_memcpy_bytes_streams_and_grids(samples):
+    doc = load(samples / A100)
+    by_corr = {e["args"]["correlation"]: e for e in gpu_events(doc)}
+    p = parse(doc)
+    for r in p.kernels.to_pylist():
+        e = by_corr[r["correlation_id"]]
+        assert r["stream"] == e["args"]["stream"]
+        assert r["device"] == str(e["args"]["device"])
+        assert r["name"] == e["name"]
+        if r["kind"] in ("memcpy", "memset"):
+            assert r["bytes"] == e["args"]["bytes"]
+        if "grid" in e["args"]:
+            assert [r["grid_x"], r["grid_y"], r["grid_z"]] == e["args"]["grid"]
+            assert [r["workgroup_x"], r["workgroup_y"], r["workgroup_z"]] == e["args"]["block"]
+    launch_names = {e["name"] for e in doc["traceEvents"] if e.get("cat") in ("cuda_runtime", "cuda_driver")}
+    assert set(p.kernels.column("launch_name").to_pylist()) <= launch_names
+    assert "cudaLaunchKernel" in set(p.kernels.column("launch_name").to_pylist())
+
+
+def synthetic(base: int | None = None, offset_us: float = 0.0) -> dict:
+    def ev(cat, name, ts, dur, pid=100, tid=101, **args):
+        return {
+            "ph": "X",
+            "cat": cat,
+            "name": name,
+            "pid": pid,
+            "tid": tid,
+            "ts": ts + offset_us,
+            "dur": dur,
+            "args": args,
+        }
+
+    events = [
+        ev("user_annotation", "ProfilerStep#5", 10, 200),
+        ev("user_annotation", "not a step", 10, 5),
+        ev("cpu_op", "aten::mm", 20, 30, **{"External id": 7}),
+        ev("cuda_runtime", "cudaLaunchKernel", 25, 5, correlation=1, **{"External id": 7}),
+        ev(
+            "kernel",
+            "gemm",
+            40,
+            100,
+            pid=0,
+            tid=7,
+            correlation=1,
+            device=0,
+            stream=7,
+            grid=[4, 2, 1],
+            block=[256, 1, 1],
+            **{"External id": 7},
+        ),
+        ev("kernel", "no_launch", 150, 10, pid=3, tid=9),  # no correlation: device/stream from pid/tid
+        ev("gpu_memset", "Memset", 170, 2.5, pid=0, tid=7, correlation=99, bytes="64"),  # launch missing
+        ev("kernel", 12345, 100, 1),  # bad name
+        ev("kernel", "neg", 100, -1),  # bad time
+        {"ph": "X", "cat": "kernel", "name": "no_ts", "dur": 1},
+        {"ph": "i", "cat": "kernel", "name": "instant", "ts": 1},  # not a complete event: ignored
+        "garbage",
+    ]
+    doc: dict = {"schemaVersion": 1, "traceEvents": events}
+    if base is not None:
+        doc["baseTimeNanoseconds"] = base
+    return doc
+
+
+def test_synthetic_mtime_anchored():
+    p = parse(synthetic())
+    assert p.clock.method == "file-mtime"
+    # the last event (the 200 us step ending at 210 us) ends at the file's modification time
+    assert p.clock.offset_ns == MTIME - 210_000
+    assert p.iterations.column("end_ns").to_pylist() == [MTIME]
+    assert p.iterations.column("iteration").to_pylist() == [5]
+    k = {r["name"]: r for r in p.kernels.to_pylist()}
+    assert set(k) == {"gemm", "no_launch", "Memset"}
+    g = k["gemm"]
+    assert g["start_ns"] == MTIME - 210_000 + 40_000
+    assert g["end_ns"] == g["start_ns"] + 100_000
+    assert (g["pid"], g["tid"]) == (100, 101)
+    assert g["launch_start_ns"] == MTIME - 210_000 + 25_000
+    assert g["launch_end_ns"] == MTIME - 210_000 + 30_000
+    assert g["launch_name"] == "cudaLaunchKernel"
+    assert g["op_name"] == "aten::mm"
+    assert (g["device"], g["stream"], g["correlation_id"]) == ("0", 7, 1)
+    assert (g["grid_x"], g["grid_y"], g["grid_z"], g["workgroup_x"]) == (4, 2, 1, 256)
+    n = k["no_launch"]
+    assert (n["device"], n["stream"]) == ("3", 9)
+    assert n["pid"] == 100  # the only launching process
+    assert n["tid"] is None
+    assert n["launch_start_ns"] is None
+    m = k["Memset"]
+    assert m["kind"] == "memset"
+    assert m["bytes"] == 64
+    assert m["end_ns"] - m["start_ns"] == 2500
+    assert dict(p.skipped) == {"bad_name": 1, "bad_time": 2, "not_an_event": 1}
+    assert p.kernels.column("start_ns").to_pylist() == sorted(p.kernels.column("start_ns").to_pylist())
+    conform("kernels", p.kernels)
+    conform("iterations", p.iterations)
+
+
+def test_synthetic_base_time():
+    base = 1_735_632_360_000_000_000
+    p = parse(synthetic(base=base, offset_us=0.5))
+    assert p.clock.method == "kineto-baseTimeNanoseconds"
+    assert p.clock.offset_ns == base
+    assert p.iterations.column("start_ns").to_pylist() == [base + 10_500]
+
+
+def test_synthetic_epoch_microseconds():
+    p = parse(synthetic(offset_us=1_695_835_572_000_000))
+    assert p.clock.method == "kineto-epoch-us"
+    assert p.iterations.column("start_ns").to_pylist() == [(1_695_835_572_000_000 + 10) * 1000]
+
+
+def test_no_launching_process_or_several_leaves_pid_null():
+    doc = synthetic()
+    doc["traceEvents"].append(
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaMemset",
+            "pid": 200,
+            "tid": 1,
+            "ts": 1,
+            "dur": 1,
+            "args": {"correlation": 50},
+        }
+    )
+    p = parse(doc)
+    k = {r["name"]: r for r in p.kernels.to_pylist()}
+    assert k["no_launch"]["pid"] is None
+    assert k["gemm"]["pid"] == 100
+    assert p.pids == (100, 200)
+
+
+def test_kineto_clock_rules():
+    assert kineto_clock({"baseTimeNanoseconds": 5}, 10.0, MTIME).method == "kineto-baseTimeNanoseconds"
+    assert kineto_clock({"baseTimeNanoseconds": 0}, 10.0, MTIME).method == "file-mtime"
+    assert kineto_clock({"baseTimeNanoseconds": "junk"}, 2e15, MTIME).method == "kineto-epoch-us"
+    c = kineto_clock({}, 10.0, MTIME)
+    assert c.offset_ns == MTIME - 10_000
+
+
+@pytest.mark.parametrize("doc", [[], {"traceEvents": "x"}, {"other": []}, None])
+def test_not_a_kineto_document(doc):
+    with pytest.raises(ValueError):
+        parse(doc)
+
+
+def test_empty_trace_events():
+    p = parse({"traceEvents": []})
+    assert p.kernels.num_rows == 0
+    assert p.iterations.num_rows == 0
+    conform("kernels", p.kernels)
+    conform("iterations", p.iterations)

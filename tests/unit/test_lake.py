@@ -1,0 +1,308 @@
+"""The Parquet lake: hive partitions, flush triggers, sequence numbers, analysis.json, failures."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+from aaco.agent.pipeline.schemas import SCHEMAS, EventBatch, conform
+from aaco.agent.pipeline.stats import EVENTS_EMITTED, EVENTS_RECEIVED, EXPORT_ERRORS, Stats
+from aaco.analyzers.base import AnalysisSnapshot
+from aaco.analyzers.latency import LatencyAnalyzer
+from aaco.exporters.base import ExportResult
+from aaco.exporters.lake import LakeConfig, LakeExporter, write_json_atomic
+
+from .builders import NODE, item, iterations, kernels
+
+DAY1 = 1_700_000_000_000_000_000  # 2023-11-14T22:13:20Z
+DAY2 = DAY1 + 2 * 86_400 * 10**9  # 2023-11-16
+DATE1, DATE2 = "2023-11-14", "2023-11-16"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def stats():
+    return Stats()
+
+
+def make(tmp_path: Path, stats: Stats, clock=None, **cfg) -> LakeExporter:
+    config = LakeConfig(path=tmp_path / "lake", **cfg)
+    lx = LakeExporter(config, stats, clock=clock or FakeClock())
+    lx.start()
+    return lx
+
+
+def parts(root: Path, kind: str = "kernels") -> list[Path]:
+    return sorted((root / kind).rglob("part-*.parquet"))
+
+
+def kb(starts, **cols) -> EventBatch:
+    return item("kernels", kernels(starts, **cols))
+
+
+def test_start_creates_layout(tmp_path, stats):
+    lx = make(tmp_path, stats)
+    for sub in (*SCHEMAS, "checkpoints"):
+        assert (lx.root / sub).is_dir()
+
+
+def test_write_hive_partitions_readable_by_pyarrow_dataset(tmp_path, stats):
+    lx = make(tmp_path, stats)
+    assert lx.export(kb([DAY1, DAY1 + 10, DAY1 + 20], name=["a", "b", "c"])) is ExportResult.SUCCESS
+    assert parts(lx.root) == []  # buffered
+    assert lx.force_flush()
+    (p,) = parts(lx.root)
+    assert p.relative_to(lx.root).as_posix() == f"kernels/date={DATE1}/node={NODE}/part-000000.parquet"
+    # date and node live only in the hive path, not inside the part
+    full = SCHEMAS["kernels"]
+    assert pq.read_schema(p) == full.remove(full.get_field_index("node"))
+    t = ds.dataset(lx.root / "kernels", partitioning="hive").to_table()
+    assert t.num_rows == 3
+    assert sorted(t.column("name").to_pylist()) == ["a", "b", "c"]
+    assert set(t.column("date").to_pylist()) == {DATE1}
+    assert set(t.column("node").to_pylist()) == {NODE}
+    assert stats.get(EVENTS_RECEIVED, component="exporter:lake") == 3
+    assert stats.get(EVENTS_EMITTED, component="exporter:lake") == 3
+
+
+def test_rows_across_two_dates_and_nodes_go_to_separate_partitions(tmp_path, stats):
+    lx = make(tmp_path, stats)
+    lx.export(kb([DAY1, DAY2, DAY1, DAY2], name=["a", "b", "c", "d"], node=[NODE, NODE, NODE, "node-b"]))
+    lx.force_flush()
+    rel = sorted(p.parent.relative_to(lx.root).as_posix() for p in parts(lx.root))
+    assert rel == [
+        f"kernels/date={DATE1}/node={NODE}",
+        f"kernels/date={DATE2}/node={NODE}",
+        f"kernels/date={DATE2}/node=node-b",
+    ]
+    d1 = pq.read_table(lx.root / "kernels" / f"date={DATE1}" / f"node={NODE}")
+    assert sorted(d1.column("name").to_pylist()) == ["a", "c"]
+    t = ds.dataset(lx.root / "kernels", partitioning="hive").to_table()
+    assert t.num_rows == 4
+    by_name = {r["name"]: (r["date"], r["node"]) for r in t.to_pylist()}
+    assert by_name == {"a": (DATE1, NODE), "b": (DATE2, NODE), "c": (DATE1, NODE), "d": (DATE2, "node-b")}
+
+
+def test_each_kind_uses_its_time_column(tmp_path, stats):
+    lx = make(tmp_path, stats)
+    lx.export(item("iterations", iterations([(DAY2, DAY2 + 5)])))
+    tel = conform(
+        "telemetry",
+        {
+            "ts_ns": pa.array([DAY1], pa.int64()),
+            "node": [NODE],
+            "device": ["0"],
+            "metric": ["hw.power"],
+            "value": pa.array([250.0]),
+            "unit": ["W"],
+        },
+    )
+    lx.export(item("telemetry", tel))
+    lx.force_flush()
+    assert [p.parent.parent.name for p in parts(lx.root, "iterations")] == [f"date={DATE2}"]
+    assert [p.parent.parent.name for p in parts(lx.root, "telemetry")] == [f"date={DATE1}"]
+    t = ds.dataset(lx.root / "telemetry", partitioning="hive").to_table()
+    assert t.column("value").to_pylist() == [250.0]
+
+
+def test_flush_rows_triggers_a_write(tmp_path, stats):
+    lx = make(tmp_path, stats, flush_rows=5)
+    lx.export(kb([DAY1] * 3))
+    assert parts(lx.root) == []
+    lx.export(kb([DAY1] * 2))
+    (p,) = parts(lx.root)
+    assert pq.read_table(p).num_rows == 5
+    # another partition's buffer is not written with it
+    lx.export(kb([DAY2]))
+    assert len(parts(lx.root)) == 1
+
+
+def test_flush_interval_triggers_on_export_and_tick(tmp_path, stats, clock):
+    lx = make(tmp_path, stats, clock=clock, flush_interval_s=10)
+    lx.export(kb([DAY1]))
+    lx.tick()
+    assert parts(lx.root) == []
+    clock.now += 9.9
+    lx.tick()
+    assert parts(lx.root) == []
+    clock.now += 0.1
+    lx.tick()
+    assert len(parts(lx.root)) == 1
+    # an export after the interval writes every buffer, its own included
+    lx.export(kb([DAY2]))
+    assert len(parts(lx.root)) == 1
+    clock.now += 10
+    lx.export(kb([DAY1]))
+    assert len(parts(lx.root)) == 3
+
+
+def test_sequence_numbers_continue(tmp_path, stats):
+    lx = make(tmp_path, stats)
+    for _ in range(3):
+        lx.export(kb([DAY1]))
+        lx.force_flush()
+    assert [p.name for p in parts(lx.root)] == ["part-000000.parquet", "part-000001.parquet", "part-000002.parquet"]
+    lx.shutdown()
+    # a restart (a new exporter on the same directory) continues after the existing parts
+    lx2 = make(tmp_path, Stats())
+    lx2.export(kb([DAY1]))
+    lx2.force_flush()
+    assert [p.name for p in parts(lx2.root)][-1] == "part-000003.parquet"
+    t = ds.dataset(lx2.root / "kernels", partitioning="hive").to_table()
+    assert t.num_rows == 4
+
+
+def test_existing_name_is_never_overwritten(tmp_path, stats):
+    lx = make(tmp_path, stats)
+    lx.export(kb([DAY1]))
+    lx.force_flush()
+    # a second writer creates the next name behind this exporter's back
+    d = parts(lx.root)[0].parent
+    shutil.copy(d / "part-000000.parquet", d / "part-000001.parquet")
+    lx.export(kb([DAY1, DAY1]))
+    lx.force_flush()
+    assert sorted(p.name for p in d.iterdir()) == ["part-000000.parquet", "part-000001.parquet", "part-000002.parquet"]
+    assert pq.read_table(d / "part-000002.parquet").num_rows == 2
+    assert pq.read_table(d / "part-000001.parquet").num_rows == 1
+
+
+def test_no_temporary_files_left(tmp_path, stats):
+    lx = make(tmp_path, stats)
+    lx.export(kb([DAY1]))
+    lx.force_flush()
+    assert [p.name for p in lx.root.rglob(".*")] == []
+
+
+def test_unsafe_node_names_are_uri_encoded_in_paths(tmp_path, stats):
+    lx = make(tmp_path, stats)
+    lx.export(kb([DAY1], node=["../evil/node"]))
+    lx.force_flush()
+    (p,) = parts(lx.root)
+    assert p.parent.name == "node=..%2Fevil%2Fnode"  # no path separator can escape the partition
+    assert p.is_relative_to(lx.root / "kernels")
+    t = ds.dataset(lx.root / "kernels", partitioning="hive").to_table()
+    assert t.column("node").to_pylist() == ["../evil/node"]
+
+
+def test_node_with_unsafe_characters_reads_back_unchanged(tmp_path, stats):
+    lx = make(tmp_path, stats)
+    lx.export(kb([DAY1], node=["rack/7"]))
+    lx.force_flush()
+    t = ds.dataset(lx.root / "kernels", partitioning="hive").to_table()
+    assert t.column("node").to_pylist() == ["rack/7"]
+
+
+def test_numeric_node_name_lake_is_readable(tmp_path, stats):
+    # pyarrow's hive inference types an all-digit key as an integer; what matters is that the lake
+    # reads (a node column inside the files would clash with it) and the value is the node's.
+    lx = make(tmp_path, stats)
+    lx.export(kb([DAY1], node=["7"]))
+    lx.force_flush()
+    t = ds.dataset(lx.root / "kernels", partitioning="hive").to_table()
+    assert [str(v) for v in t.column("node").to_pylist()] == ["7"]
+
+
+def test_unwritable_directory_counts_error_and_keeps_rows(tmp_path, stats):
+    lx = make(tmp_path, stats)
+    # a file where the kind's directory belongs: no partition can be created under it
+    shutil.rmtree(lx.root / "kernels")
+    (lx.root / "kernels").write_text("in the way")
+    assert lx.export(kb([DAY1, DAY1])) is ExportResult.SUCCESS  # only buffered so far
+    assert lx.force_flush() is False
+    assert stats.get(EXPORT_ERRORS, exporter="lake") == 1
+    assert stats.get(EVENTS_EMITTED, component="exporter:lake") == 0
+    lx.export(kb([DAY1]))
+    assert lx.force_flush() is False
+    assert stats.get(EXPORT_ERRORS, exporter="lake") == 2
+    # once the directory can be written, nothing was lost
+    (lx.root / "kernels").unlink()
+    assert lx.force_flush() is True
+    t = ds.dataset(lx.root / "kernels", partitioning="hive").to_table()
+    assert t.num_rows == 3
+    assert stats.get(EVENTS_EMITTED, component="exporter:lake") == 3
+
+
+def test_unwritable_directory_on_export_returns_failure(tmp_path, stats):
+    lx = make(tmp_path, stats, flush_rows=1)
+    shutil.rmtree(lx.root / "kernels")
+    (lx.root / "kernels").write_text("in the way")
+    assert lx.export(kb([DAY1])) is ExportResult.FAILURE
+    assert stats.get(EXPORT_ERRORS, exporter="lake") == 1
+
+
+def snapshot() -> AnalysisSnapshot:
+    a = LatencyAnalyzer()
+    a.update(item("iterations", iterations([(0, 2_000_000)], model="resnet")))
+    return AnalysisSnapshot(ts_ns=123, node=NODE, results={"latency": a.snapshot()})
+
+
+def test_export_snapshot_writes_analysis_json(tmp_path, stats):
+    records = [{"source": "replay", "subject": "x.json"}]
+    lx = LakeExporter(LakeConfig(path=tmp_path / "lake"), stats, records=lambda: records)
+    assert lx.export_snapshot(snapshot()) is ExportResult.FAILURE  # not started
+    lx.start()
+    assert lx.export_snapshot(snapshot()) is ExportResult.SUCCESS
+    doc = json.loads((lx.root / "analysis.json").read_text())
+    assert doc["generated_at_ns"] == 123
+    assert doc["node"] == NODE
+    assert doc["latency"]["models"]["resnet"]["mean_s"] == pytest.approx(0.002)
+    assert json.loads((lx.root / "sources.json").read_text()) == {"sources": records}
+    # replaced atomically: no temporary file is left beside it
+    assert sorted(p.name for p in lx.root.iterdir() if p.is_file()) == ["analysis.json", "sources.json"]
+
+
+def test_export_snapshot_failure_counts_error(tmp_path, stats):
+    lx = make(tmp_path, stats)
+    (lx.root / "analysis.json").mkdir()  # os.replace cannot put a file over a directory
+    assert lx.export_snapshot(snapshot()) is ExportResult.FAILURE
+    assert stats.get(EXPORT_ERRORS, exporter="lake") == 1
+
+
+def test_write_json_atomic_replaces(tmp_path):
+    p = tmp_path / "doc.json"
+    write_json_atomic(p, {"a": 1})
+    write_json_atomic(p, {"a": 2, "path": Path("/x")})
+    assert json.loads(p.read_text()) == {"a": 2, "path": "/x"}
+    assert [x.name for x in tmp_path.iterdir()] == ["doc.json"]
+
+
+def test_shutdown_flushes_and_is_idempotent(tmp_path, stats):
+    lx = make(tmp_path, stats)
+    lx.export(kb([DAY1]))
+    lx.shutdown()
+    assert len(parts(lx.root)) == 1
+    lx.shutdown()
+    assert len(parts(lx.root)) == 1
+    assert lx.export(kb([DAY1])) is ExportResult.FAILURE
+
+
+def test_shutdown_before_start_is_safe(tmp_path, stats):
+    lx = LakeExporter(LakeConfig(path=tmp_path / "lake"), stats)
+    lx.shutdown()
+    lx.shutdown()
+    assert not (tmp_path / "lake").exists()
+    assert lx.export(kb([DAY1])) is ExportResult.FAILURE
+
+
+def test_empty_batch_is_success_and_writes_nothing(tmp_path, stats):
+    lx = make(tmp_path, stats)
+    assert lx.export(kb([])) is ExportResult.SUCCESS
+    assert lx.force_flush() is True
+    assert parts(lx.root) == []

@@ -1,0 +1,266 @@
+"""Prometheus rendering (text and OpenMetrics, exemplars) and the HTTP endpoint."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+import pytest
+from aaco.agent import __version__
+from aaco.agent.errors import AacoError
+from aaco.agent.pipeline.signals import LATENCY_BUCKETS, HistogramValue, MetricPoint
+from aaco.agent.pipeline.stats import EVENTS_DROPPED, QUEUE_DEPTH, Stats
+from aaco.analyzers.base import AnalysisSnapshot
+from aaco.analyzers.kar import KarAnalyzer
+from aaco.analyzers.latency import ITERATION_LATENCY, LatencyAnalyzer
+from aaco.exporters.base import ExportResult
+from aaco.exporters.prometheus import PrometheusConfig, PrometheusExporter, render
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+from .builders import NODE, item, iterations
+
+TRACE = "0af7651916cd43dd8448eb211c80319c"
+
+
+class _Points:
+    def __init__(self, points):
+        self.points = points
+
+    def collect(self):
+        return render(self.points)
+
+
+def registry(points) -> CollectorRegistry:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(_Points(points))  # type: ignore[arg-type]
+    return reg
+
+
+def samples_of(text: str, parser=parse_text) -> dict[tuple[str, tuple[tuple[str, str], ...]], object]:
+    out = {}
+    for fam in parser(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s
+    return out
+
+
+def hist(values_s: list[float], exemplar: tuple[str, float] | None) -> HistogramValue:
+    counts = tuple(sum(1 for v in values_s if v <= b) for b in LATENCY_BUCKETS)
+    return HistogramValue(
+        LATENCY_BUCKETS,
+        counts,
+        len(values_s),
+        sum(values_s),
+        exemplar[0] if exemplar else None,
+        exemplar[1] if exemplar else None,
+    )
+
+
+def test_render_counters_and_gauges_text():
+    pts = [
+        MetricPoint(EVENTS_DROPPED, {"component": "source:ort", "reason": "queue_full"}, 5.0),
+        MetricPoint(EVENTS_DROPPED, {"component": "source:ort", "reason": "shutdown"}, 2.0),
+        MetricPoint(QUEUE_DEPTH, {"queue": "bus"}, 17.0),
+    ]
+    text = generate_latest(registry(pts)).decode()
+    assert "# TYPE aaco_events_dropped_total counter" in text
+    assert "# HELP aaco_events_dropped_total Events a component dropped" in text
+    assert "# TYPE aaco_queue_depth gauge" in text
+    s = samples_of(text)
+    assert s[("aaco_events_dropped_total", (("component", "source:ort"), ("reason", "queue_full")))].value == 5.0
+    assert s[("aaco_events_dropped_total", (("component", "source:ort"), ("reason", "shutdown")))].value == 2.0
+    assert s[("aaco_queue_depth", (("queue", "bus"),))].value == 17.0
+
+
+def test_render_histogram_text():
+    h = hist([0.0001, 0.003, 0.07], (TRACE, 0.07))
+    pts = [MetricPoint(ITERATION_LATENCY, {"node": NODE, "model": "resnet"}, h)]
+    text = generate_latest(registry(pts)).decode()
+    assert "# TYPE aaco_iteration_latency_seconds histogram" in text
+    s = samples_of(text)
+    lab = (("model", "resnet"), ("node", NODE))
+
+    def bucket(le):
+        return s[("aaco_iteration_latency_seconds_bucket", tuple(sorted((*lab, ("le", le)))))].value
+
+    assert bucket("0.0001") == 1
+    assert bucket("0.0025") == 1
+    assert bucket("0.005") == 2
+    assert bucket("0.1") == 3
+    assert bucket("60.0") == 3
+    assert bucket("+Inf") == 3
+    assert s[("aaco_iteration_latency_seconds_count", lab)].value == 3
+    assert s[("aaco_iteration_latency_seconds_sum", lab)].value == pytest.approx(0.0731)
+    assert "trace_id" not in text  # exemplars only in OpenMetrics
+
+
+def test_openmetrics_exemplar_in_the_right_bucket():
+    h = hist([0.0001, 0.003, 0.07], (TRACE, 0.07))
+    pts = [MetricPoint(ITERATION_LATENCY, {"node": NODE, "model": "resnet"}, h)]
+    text = generate_openmetrics(registry(pts)).decode()
+    assert text.rstrip().endswith("# EOF")
+    with_exemplar = [s for fam in parse_openmetrics(text) for s in fam.samples if s.exemplar is not None]
+    assert len(with_exemplar) == 1
+    s = with_exemplar[0]
+    assert s.name == "aaco_iteration_latency_seconds_bucket"
+    assert s.labels["le"] == "0.1"  # the first bucket whose bound holds 70 ms
+    assert s.exemplar.labels == {"trace_id": TRACE}
+    assert s.exemplar.value == pytest.approx(0.07)
+    line = next(x for x in text.splitlines() if "trace_id" in x)
+    assert 'le="0.1"' in line
+    assert f'# {{trace_id="{TRACE}"}} 0.07' in line
+
+
+def test_openmetrics_exemplar_on_a_bound():
+    h = hist([0.005], (TRACE, 0.005))
+    text = generate_openmetrics(registry([MetricPoint(ITERATION_LATENCY, {"node": NODE, "model": "m"}, h)])).decode()
+    line = next(x for x in text.splitlines() if "trace_id" in x)
+    assert 'le="0.005"' in line
+
+
+def test_histogram_without_exemplar():
+    h = hist([0.01], None)
+    text = generate_openmetrics(registry([MetricPoint(ITERATION_LATENCY, {"node": NODE, "model": "m"}, h)])).decode()
+    assert "trace_id" not in text
+
+
+def test_exemplar_beyond_the_last_bound_goes_to_inf_bucket():
+    h = hist([100.0], (TRACE, 100.0))
+    text = generate_openmetrics(registry([MetricPoint(ITERATION_LATENCY, {"node": NODE, "model": "m"}, h)])).decode()
+    lines = [x for x in text.splitlines() if "trace_id" in x]
+    assert len(lines) == 1, "the exemplar was dropped"
+    assert 'le="+Inf"' in lines[0]
+
+
+def test_render_analyzer_points_roundtrip():
+    lat = LatencyAnalyzer()
+    lat.update(item("iterations", iterations([(0, 2_000_000), (10, 4_000_010)], model="resnet")))
+    kar = KarAnalyzer()
+    kar.update(item("iterations", iterations([(0, 1)], graph_nodes=[100])))
+    snap = AnalysisSnapshot(1, NODE, {"latency": lat.snapshot(), "kar": kar.snapshot()})
+    text = generate_latest(registry(list(snap.points()))).decode()
+    s = samples_of(text)
+    assert s[("aaco_iteration_throughput_per_second", (("model", "resnet"), ("node", NODE)))].value == pytest.approx(
+        1 / 0.003
+    )
+    assert s[("aaco_model_graph_nodes", (("model", "m"), ("node", NODE)))].value == 100
+    assert s[("aaco_iteration_latency_seconds_count", (("model", "resnet"), ("node", NODE)))].value == 2
+
+
+# --- the HTTP endpoint ---------------------------------------------------------------------------------
+
+
+class Health:
+    def __init__(self) -> None:
+        self.is_live = True
+        self.is_ready = False
+
+    def live(self):
+        return self.is_live, "live" if self.is_live else "pipeline stalled for 61 s"
+
+    def ready(self):
+        return self.is_ready, "ready" if self.is_ready else "starting"
+
+
+def get(url: str, accept: str | None = None) -> tuple[int, str, str]:
+    req = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.headers.get("Content-Type", ""), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Content-Type", ""), e.read().decode()
+
+
+@pytest.fixture
+def served():
+    stats = Stats()
+    health = Health()
+    exp = PrometheusExporter(PrometheusConfig(port=0), stats, health, NODE)
+    exp.start()
+    try:
+        yield exp, stats, health, f"http://127.0.0.1:{exp.port}"
+    finally:
+        exp.shutdown(5)
+
+
+def test_metrics_endpoint(served):
+    exp, stats, _, base = served
+    assert exp.port != 0
+    stats.inc(EVENTS_DROPPED, 3, component="source:ort", reason="queue_full")
+    status, ctype, body = get(base + "/metrics")
+    assert status == 200
+    assert ctype.startswith("text/plain")
+    s = samples_of(body)
+    assert s[("aaco_events_dropped_total", (("component", "source:ort"), ("reason", "queue_full")))].value == 3
+    assert s[("aaco_agent_info", (("node", NODE), ("version", __version__)))].value == 1
+    assert s[("aaco_agent_start_time_seconds", ())].value == pytest.approx(exp.started_at)
+    assert ("aaco_stats_series_dropped_total", ()) in s
+    assert ("aaco_collect_duration_seconds", ()) in s
+
+
+def test_metrics_serves_latest_snapshot_with_exemplar(served):
+    exp, _, _, base = served
+    lat = LatencyAnalyzer()
+    b = iterations([(0, 2_000_000)], model="resnet")
+    lat.update(item("iterations", b))
+    assert exp.export_snapshot(AnalysisSnapshot(1, NODE, {"latency": lat.snapshot()})) is ExportResult.SUCCESS
+    _, _, body = get(base + "/metrics")
+    assert ("aaco_iteration_latency_seconds_count", (("model", "resnet"), ("node", NODE))) in samples_of(body)
+    status, ctype, om = get(base + "/metrics", accept="application/openmetrics-text; version=1.0.0")
+    assert status == 200
+    assert ctype.startswith("application/openmetrics-text")
+    assert b.column("trace_id")[0].as_py() in om
+    assert om.rstrip().endswith("# EOF")
+
+
+def test_healthz_and_readyz(served):
+    _, _, health, base = served
+    assert get(base + "/healthz")[0] == 200
+    assert get(base + "/readyz")[:1] == (503,)
+    assert get(base + "/readyz")[2] == "starting\n"
+    health.is_ready = True
+    assert get(base + "/readyz")[0] == 200
+    health.is_live = False
+    status, _, body = get(base + "/healthz")
+    assert status == 503
+    assert "stalled" in body
+
+
+def test_root_and_unknown_paths(served):
+    _, _, _, base = served
+    status, _, body = get(base + "/")
+    assert status == 200
+    assert "/metrics" in body
+    assert get(base + "/nope")[0] == 404
+    assert get(base + "/metrics/extra")[0] == 404
+
+
+def test_port_in_use_is_a_clear_error(served):
+    exp, _, health, _ = served
+    other = PrometheusExporter(PrometheusConfig(port=exp.port), Stats(), health, NODE)
+    with pytest.raises(AacoError, match="cannot serve metrics") as exc:
+        other.start()
+    assert exc.value.subject == "exporters.prometheus"
+    other.shutdown(1)
+
+
+def test_shutdown_idempotent_and_stops_serving():
+    exp = PrometheusExporter(PrometheusConfig(port=0), Stats(), Health(), NODE)
+    exp.start()
+    url = f"http://127.0.0.1:{exp.port}/healthz"
+    assert get(url)[0] == 200
+    exp.shutdown(5)
+    exp.shutdown(5)
+    with pytest.raises(OSError):
+        urllib.request.urlopen(url, timeout=5)
+
+
+def test_shutdown_before_start_and_noop_contract():
+    exp = PrometheusExporter(PrometheusConfig(port=0), Stats(), Health(), NODE)
+    exp.shutdown(1)
+    exp.shutdown(1)
+    assert exp.force_flush(1) is True
+    assert exp.port == 0

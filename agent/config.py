@@ -21,9 +21,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from aaco.exporters.lake import LakeConfig
-from aaco.exporters.otlp_settings import OtlpConfig
-from aaco.exporters.prometheus import PrometheusConfig
 from pydantic import (
     BaseModel,
     Field,
@@ -33,6 +30,10 @@ from pydantic import (
     ValidationError,
     conint,
 )
+
+from aaco.exporters.lake import LakeConfig
+from aaco.exporters.otlp_settings import OtlpConfig
+from aaco.exporters.prometheus import PrometheusConfig
 
 from .config_base import StrictModel
 from .errors import ConfigError

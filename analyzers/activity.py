@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow.compute as pc
+
 from aaco.agent.pipeline.schemas import EventBatch
 from aaco.agent.pipeline.signals import MetricPoint, PointBuilder, define
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from aaco.agent.pipeline.schemas import EventBatch
 from aaco.agent.pipeline.signals import LATENCY_BUCKETS, HistogramValue, MetricPoint, PointBuilder, define
 

@@ -4,7 +4,9 @@ whole cost of observation), measured in the same run.
 
 All three run the same cycles — a new session, 3 warmup runs, then the timed runs — and time every
 ``session.run`` the same way (perf_counter around the call). The configurations are interleaved in
-rounds so that machine noise spreads over all three; the figure is the ratio of medians.
+rounds so that machine noise spreads over all three; the figure is the ratio of medians, with a 95 %
+bootstrap confidence interval (latency on a shared 2-core machine is bimodal, and the interval says
+how far the point estimate can be trusted).
 
 - plain: ONNX Runtime, profiling off;
 - profiler: ONNX Runtime with its profiler on (what the agent needs from it);
@@ -24,6 +26,8 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+
+import numpy as np
 
 from aaco.agent.config import load_config
 from aaco.agent.run.models import default_model_path
@@ -85,11 +89,20 @@ def with_agent(model: Path, provider: str, cycles: int, iterations: int, workdir
     return list(source.wall_latencies_ns)
 
 
+def ratio_ci(num: list[int], den: list[int], n: int = 2000, seed: int = 1) -> tuple[float, float]:
+    """95 % bootstrap interval of median(num) / median(den)."""
+    rng = np.random.default_rng(seed)
+    a, b = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    ratios = np.median(rng.choice(a, (n, a.size)), axis=1) / np.median(rng.choice(b, (n, b.size)), axis=1)
+    lo, hi = np.percentile(ratios, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", type=Path, default=None, help="ONNX model (default: light_resnet50)")
     ap.add_argument("--provider", default="auto")
-    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--cycles", type=int, default=2, help="cycles per configuration per round")
     ap.add_argument("--iterations", type=int, default=20, help="timed iterations per cycle")
     args = ap.parse_args()
@@ -119,8 +132,11 @@ def main() -> None:
                 "iterations_per_config": {k: len(v) for k, v in lat.items()},
                 "median_ms": {k: round(v, 3) for k, v in med.items()},
                 "mean_ms": {k: round(v, 3) for k, v in mean.items()},
+                "p95_ms": {k: round(float(np.percentile(v, 95)) / 1e6, 3) for k, v in lat.items()},
                 "ratio_agent_vs_profiler": round(vs_prof, 4),
+                "ratio_agent_vs_profiler_ci95": [round(x, 4) for x in ratio_ci(lat["agent"], lat["profiler"])],
                 "ratio_agent_vs_plain": round(med["agent"] / med["plain"], 4),
+                "ratio_agent_vs_plain_ci95": [round(x, 4) for x in ratio_ci(lat["agent"], lat["plain"])],
                 "ratio_profiler_vs_plain": round(med["profiler"] / med["plain"], 4),
                 "goal_agent_vs_profiler": 1.05,
                 "goal_met": vs_prof <= 1.05,

@@ -30,11 +30,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pydantic import Field, PositiveFloat, PositiveInt
+
 from aaco.agent.config_base import StrictModel
 from aaco.agent.pipeline.schemas import SCHEMAS, TIME_COLUMN, EventBatch
 from aaco.agent.pipeline.stats import EVENTS_EMITTED, EVENTS_RECEIVED, EXPORT_ERRORS, Stats
 from aaco.analyzers.base import AnalysisSnapshot
-from pydantic import Field, PositiveFloat, PositiveInt
 
 from .base import Exporter, ExportResult
 

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from pydantic import Field, PositiveFloat, PositiveInt
+
 from aaco.agent.config_base import StrictModel
 from aaco.agent.errors import AacoError
-from pydantic import Field, PositiveFloat, PositiveInt
 
 Protocol = Literal["grpc", "http/protobuf"]
 

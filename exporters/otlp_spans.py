@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
 from aaco.analyzers.kernels import families
 
 from . import otlp_wire as w

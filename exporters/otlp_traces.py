@@ -21,6 +21,8 @@ import urllib.parse
 from collections import deque
 from collections.abc import Mapping
 
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
 from aaco.agent import __version__
 from aaco.agent.pipeline.schemas import EventBatch
 from aaco.agent.pipeline.stats import (
@@ -32,7 +34,6 @@ from aaco.agent.pipeline.stats import (
     QUEUE_DEPTH,
     Stats,
 )
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from . import otlp_wire as w
 from .base import Exporter, ExportResult

@@ -18,13 +18,6 @@ from socketserver import ThreadingMixIn
 from typing import Any, Protocol
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from aaco.agent import __version__
-from aaco.agent.config_base import StrictModel
-from aaco.agent.errors import AacoError
-from aaco.agent.pipeline.schemas import EventBatch
-from aaco.agent.pipeline.signals import HistogramValue, MetricDef, MetricPoint, define
-from aaco.agent.pipeline.stats import Stats
-from aaco.analyzers.base import AnalysisSnapshot
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -34,6 +27,14 @@ from prometheus_client.core import (
 )
 from prometheus_client.samples import Exemplar
 from pydantic import Field, conint
+
+from aaco.agent import __version__
+from aaco.agent.config_base import StrictModel
+from aaco.agent.errors import AacoError
+from aaco.agent.pipeline.schemas import EventBatch
+from aaco.agent.pipeline.signals import HistogramValue, MetricDef, MetricPoint, define
+from aaco.agent.pipeline.stats import Stats
+from aaco.analyzers.base import AnalysisSnapshot
 
 from .base import Exporter, ExportResult
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import pyarrow as pa
+
 from aaco.agent.pipeline.schemas import EventBatch
 from aaco.analyzers.base import AnalysisSnapshot
 

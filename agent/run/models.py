@@ -6,8 +6,9 @@ import os
 from pathlib import Path
 
 import onnx
-from aaco.agent.errors import AacoError
 from google.protobuf.message import DecodeError
+
+from aaco.agent.errors import AacoError
 
 DEFAULT_MODEL = "light_resnet50.onnx"
 

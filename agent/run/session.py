@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import onnxruntime as ort
+
 from aaco.agent.errors import AacoError
 
 PROVIDERS = {

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Protocol
 
 import pyarrow as pa
+
 from aaco.agent.pipeline.bus import MAX_BATCH_ROWS, Bus
 from aaco.agent.pipeline.schemas import TIME_COLUMN, EventBatch, SchemaError, conform
 from aaco.agent.pipeline.stats import SOURCE_ERRORS, SOURCE_FILES, SOURCE_LAG, Stats

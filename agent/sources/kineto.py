@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
 from aaco.agent.pipeline.clock import ClockOffset, us_to_ns
 from aaco.agent.pipeline.ids import span_id, trace_id
 

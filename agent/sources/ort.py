@@ -17,6 +17,8 @@ from typing import Literal
 
 import onnx
 import orjson
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveInt
+
 from aaco.agent.config_base import StrictModel
 from aaco.agent.errors import AacoError
 from aaco.agent.pipeline.clock import ClockOffset
@@ -24,7 +26,6 @@ from aaco.agent.run.models import load_model, model_name, resolve_model
 from aaco.agent.run.session import resolve_provider
 from aaco.agent.run.workload import OrtWorkload
 from aaco.analyzers.graph import summarize
-from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveInt
 
 from .base import Source, SourceContext
 from .ort_profile import parse_ort_profile

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
 from aaco.agent.pipeline.clock import ClockOffset
 from aaco.agent.pipeline.ids import span_id, trace_id
 

@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+
 from aaco.agent.pipeline.clock import ClockOffset
 
 

@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Literal
 
 import orjson
+from pydantic import Field, PositiveInt
+
 from aaco.agent.config_base import StrictModel
 from aaco.agent.errors import TraceFormatError
 from aaco.agent.pipeline.clock import ClockOffset
-from pydantic import Field, PositiveInt
 
 from .base import Source, SourceContext, SourceRecord
 from .formats import DEFAULT_MAX_BYTES, TraceFile, expand, identify, read_all

@@ -6,6 +6,7 @@ import json
 
 import pyarrow.compute as pc
 import pytest
+
 from aaco.agent.pipeline.schemas import REQUIRED
 
 from .helpers import read_lake, run_aaco

@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+
 from aaco.agent.config import load_config
 from aaco.agent.service import AgentService, State
 from aaco.exporters.testing import InMemoryExporter

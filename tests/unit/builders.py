@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
+
 from aaco.agent.pipeline.ids import span_id, trace_id
 from aaco.agent.pipeline.schemas import EventBatch, conform
 from aaco.agent.pipeline.signals import METRICS, MetricPoint

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from aaco.analyzers.activity import ACTIVE_RATIO, TIME_RATIO, ActivityAnalyzer, union_extend
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from aaco.analyzers.activity import ACTIVE_RATIO, TIME_RATIO, ActivityAnalyzer, union_extend
 
 from .builders import NODE, assert_points_valid, item, kernels
 

@@ -7,6 +7,9 @@ from collections import deque
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from aaco.agent.pipeline.bus import Bus
 from aaco.agent.pipeline.schemas import EventBatch, conform
 from aaco.agent.pipeline.stats import (
@@ -17,8 +20,6 @@ from aaco.agent.pipeline.stats import (
     QUEUE_DEPTH,
     Stats,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 def batch(rows: int, source: str = "src", tag: int = 0) -> EventBatch:

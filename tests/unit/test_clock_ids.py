@@ -7,11 +7,12 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from aaco.agent.pipeline import ids
 from aaco.agent.pipeline.clock import ClockOffset, boottime_offset, us_to_ns
 from aaco.agent.pipeline.ids import span_id, trace_id
-from hypothesis import given
-from hypothesis import strategies as st
 
 # --- clock ---------------------------------------------------------------------------------------------
 

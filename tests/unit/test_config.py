@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from aaco.agent.config import AgentConfig, load_config, source_names
 from aaco.agent.errors import ConfigError
 from aaco.agent.sources.ort import OrtSourceConfig

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+
 from aaco.agent.pipeline.correlator import CORRELATED, Correlator
 from aaco.agent.pipeline.ids import span_id, trace_id
 from aaco.agent.pipeline.schemas import EventBatch, conform

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from aaco.agent.errors import TraceFormatError
 from aaco.agent.sources.formats import expand, identify, read_all, read_head, sniff
 

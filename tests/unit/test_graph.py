@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import onnx
-from aaco.analyzers.graph import summarize
 from onnx import TensorProto, helper
+
+from aaco.analyzers.graph import summarize
 
 
 def test_light_resnet50_has_415_nodes(resnet50):

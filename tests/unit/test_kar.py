@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from aaco.analyzers.kar import GRAPH_NODES, KAR_RATIO, KERNELS_PER_ITERATION, KarAnalyzer, KarResult, kar_band
 
 from .builders import NODE, assert_points_valid, item, iterations, kernels

@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from aaco.agent.pipeline.ids import trace_id
 from aaco.agent.pipeline.schemas import conform
 from aaco.agent.sources.kineto import kineto_clock, parse_kineto

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+
 from aaco.agent.pipeline.schemas import SCHEMAS, EventBatch, conform
 from aaco.agent.pipeline.stats import EVENTS_EMITTED, EVENTS_RECEIVED, EXPORT_ERRORS, Stats
 from aaco.analyzers.base import AnalysisSnapshot

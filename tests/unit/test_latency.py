@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from aaco.agent.pipeline.signals import LATENCY_BUCKETS, HistogramValue
 from aaco.analyzers.latency import ITERATION_LATENCY, THROUGHPUT, LatencyAnalyzer
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from aaco.analyzers.launch import (
     KERNELS_TOTAL,
     LAUNCH_RATE,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from aaco.agent.pipeline.clock import ClockOffset
 from aaco.agent.pipeline.ids import span_id, trace_id
 from aaco.agent.pipeline.schemas import conform

@@ -6,6 +6,11 @@ import urllib.error
 import urllib.request
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+
 from aaco.agent import __version__
 from aaco.agent.errors import AacoError
 from aaco.agent.pipeline.signals import LATENCY_BUCKETS, HistogramValue, MetricPoint
@@ -15,10 +20,6 @@ from aaco.analyzers.kar import KarAnalyzer
 from aaco.analyzers.latency import ITERATION_LATENCY, LatencyAnalyzer
 from aaco.exporters.base import ExportResult
 from aaco.exporters.prometheus import PrometheusConfig, PrometheusExporter, render
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
-from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
-from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from .builders import NODE, item, iterations
 

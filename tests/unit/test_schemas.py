@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+
 from aaco.agent.pipeline.schemas import (
     REQUIRED,
     SCHEMAS,

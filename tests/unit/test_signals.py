@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from aaco.agent.errors import AacoError, ConfigError
 from aaco.agent.pipeline.signals import LATENCY_BUCKETS, METRICS, PointBuilder, define
 from aaco.analyzers.base import AnalysisSnapshot, ratio

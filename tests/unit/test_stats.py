@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+
 from aaco.agent.pipeline.stats import (
     EVENTS_DROPPED,
     EVENTS_RECEIVED,

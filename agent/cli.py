@@ -7,6 +7,7 @@ naming the file and what is wrong, without a traceback.
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import platform
@@ -408,3 +409,9 @@ def version() -> None:
 def main() -> None:
     """Console-script entry point."""
     app(prog_name="aaco")
+
+
+# Commands that live in their own modules register themselves on `app` when imported (one line each).
+COMMAND_MODULES: tuple[str, ...] = ()
+for _module in COMMAND_MODULES:
+    importlib.import_module(f"aaco.agent.{_module}")

@@ -38,6 +38,7 @@ from .config import AgentConfig, source_names
 from .errors import AacoError
 from .pipeline.bus import Bus
 from .pipeline.correlator import Correlator
+from .pipeline.ledger import Ledger
 from .pipeline.stats import Stats
 from .pipeline.worker import Pipeline
 from .sources import REGISTRY
@@ -92,6 +93,7 @@ class AgentService:
         p = config.pipeline
         self.bus = Bus(self.stats, p.queue_max_batches, p.queue_max_events)
         self.exporters: list[Exporter] = []
+        self.ledger = Ledger()
         self.pipeline = Pipeline(
             self.bus,
             Correlator(self.stats, p.correlator_hold_s, p.correlator_max_pending_events),
@@ -100,6 +102,7 @@ class AgentService:
             self.stats,
             config.node,
             p.snapshot_interval_s,
+            ledger=self.ledger,
         )
         self._sources: dict[str, _Running] = {}
         self._worker: threading.Thread | None = None
@@ -112,7 +115,7 @@ class AgentService:
         out: list[Exporter] = []
         ex = config.exporters
         if ex.lake.enabled:
-            out.append(LakeExporter(ex.lake, self.stats, self.journal.records_json))
+            out.append(LakeExporter(ex.lake, self.stats, self.journal.records_json, ledger=self.ledger))
         if ex.prometheus.enabled:
             out.append(PrometheusExporter(ex.prometheus, self.stats, self, config.node))
         if ex.otlp.endpoint:
@@ -142,7 +145,16 @@ class AgentService:
     def _start_source(self, name: str, cfg: Any) -> None:
         _, factory = REGISTRY[cfg.type]
         source: Source = factory(cfg, name)
-        ctx = SourceContext(self.config.node, self.stats, self.bus, self.journal, progress=self.progress)
+        lake = self.config.exporters.lake
+        ctx = SourceContext(
+            self.config.node,
+            self.stats,
+            self.bus,
+            self.journal,
+            progress=self.progress,
+            ledger=self.ledger,
+            quarantine=(lake.path / "quarantine" / name) if lake.enabled else None,
+        )
 
         def run() -> None:
             try:

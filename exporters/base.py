@@ -25,6 +25,7 @@ class Exporter(ABC):
     """Base of every exporter."""
 
     name: str = "exporter"
+    durable: bool = False  # stores rows durably and marks their ledger ranges done itself (the lake)
 
     def start(self) -> None:  # noqa: B027 - optional hook
         """Open what the exporter needs (servers, connections); default: nothing."""

@@ -10,12 +10,28 @@ URI-encoded in the path (``rack/7`` -> ``node=rack%2F7``), which hive readers de
 Rows are buffered per partition and written when a buffer holds ``flush_rows`` rows, when
 ``flush_interval_s`` passed, or on flush/shutdown. A part is written to a
 hidden temporary file and then hard-linked to its final name, which fails rather than overwrite if
-the name exists (a second writer, a restart): the sequence number then moves on. Readers never see
-a half-written part; the temporary names start with ``.`` which pyarrow.dataset skips.
+the name exists: the sequence number then moves on. Readers never see a half-written part; the
+temporary names start with ``.`` which pyarrow.dataset skips.
+
+Exactly once, for durable inputs (trace files, see ``agent/pipeline/ledger.py``). Every flush is one
+*commit*, write-ahead:
+
+1. the parts are written under temporary names;
+2. an intent ``checkpoints/commit-<seq>.json`` names them and the input offsets they complete;
+3. the parts are linked into place;
+4. ``checkpoints/offsets.json`` takes the new offsets and the intent is removed.
+
+A commit only takes the rows of ranges whose offset it advances past (all earlier ranges of the
+same input complete too): rows still waiting on a piece (a kernel the correlator holds) wait for a
+later commit. On start, an intent left by a crash is finished (its temporary parts still exist:
+they are linked) and its offsets folded in; stray temporary files are removed. So after a
+``kill -9`` anywhere, the offsets say exactly what the visible parts hold. One agent per lake: a
+lock on ``DIR/.lock`` refuses a second one.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -24,6 +40,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +50,18 @@ import pyarrow.parquet as pq
 from pydantic import Field, PositiveFloat, PositiveInt
 
 from aaco.agent.config_base import StrictModel
+from aaco.agent.errors import AacoError
+from aaco.agent.pipeline.ledger import Ledger, Range
 from aaco.agent.pipeline.schemas import SCHEMAS, TIME_COLUMN, EventBatch
-from aaco.agent.pipeline.stats import EVENTS_EMITTED, EVENTS_RECEIVED, EXPORT_ERRORS, Stats
+from aaco.agent.pipeline.stats import EVENTS_DROPPED, EVENTS_EMITTED, EVENTS_RECEIVED, EXPORT_ERRORS, Stats
 from aaco.analyzers.base import AnalysisSnapshot
 
 from .base import Exporter, ExportResult
 
 log = logging.getLogger("aaco.exporters.lake")
 _PART = re.compile(r"^part-(\d+)\.parquet$")
+_INTENT = re.compile(r"^commit-(\d+)\.json$")
+OFFSETS = "offsets.json"
 
 
 class LakeConfig(StrictModel):
@@ -60,10 +81,21 @@ def write_json_atomic(path: Path, doc: Any) -> None:
     os.replace(tmp, path)
 
 
+@dataclass
+class _Entry:
+    """One exported batch: its rows split by partition, and the ranges of input they came from."""
+
+    kind: str
+    parts: list[tuple[str, str, pa.RecordBatch]]  # (date, node, rows)
+    ranges: tuple[Range, ...]
+    rows: int
+
+
 class LakeExporter(Exporter):
-    """Buffers event batches per partition and writes Parquet parts; writes analysis.json on snapshots."""
+    """Buffers event batches and writes them in commits of Parquet parts; analysis.json on snapshots."""
 
     name = "lake"
+    durable = True
 
     def __init__(
         self,
@@ -71,59 +103,139 @@ class LakeExporter(Exporter):
         stats: Stats,
         records: Callable[[], list[dict[str, Any]]] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        ledger: Ledger | None = None,
     ) -> None:
         self.config = config
         self.root = Path(config.path)
+        self.ledger = ledger if ledger is not None else Ledger()
         self._stats = stats
         self._records = records
         self._clock = clock
-        self._lock = threading.Lock()
-        self._buffers: dict[tuple[str, str, str], list[pa.RecordBatch]] = {}
-        self._rows: dict[tuple[str, str, str], int] = {}
+        self._lock = threading.RLock()
+        self._entries: list[_Entry] = []
+        self._partition_rows: dict[tuple[str, str, str], int] = {}
         self._seq: dict[Path, int] = {}
+        self._commit_seq = 0
         self._last_flush = clock()
+        self._lock_file: Any = None
         self._closed = False
         self._started = False
 
+    @property
+    def checkpoints(self) -> Path:
+        """Where commit intents and input offsets live."""
+        return self.root / "checkpoints"
+
+    # -- start and recovery -------------------------------------------------------------------------
+
     def start(self) -> None:
-        """Create the lake's directories."""
+        """Create the lake, take its lock, finish any commit a crash interrupted, load the offsets."""
         for sub in (*SCHEMAS, "checkpoints"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
+        self._lock_file = open(self.root / ".lock", "a+")  # noqa: SIM115 - held for the exporter's life
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            self._lock_file.close()
+            raise AacoError(
+                "the lake is in use by another agent",
+                subject=self.root,
+                hint="give each agent its own --lake / exporters.lake.path",
+            ) from exc
+        self._recover()
         self._started = True
 
+    def _recover(self) -> None:
+        offsets_path = self.checkpoints / OFFSETS
+        state: dict[str, Any] = {"commit": 0, "inputs": {}}
+        if offsets_path.exists():
+            try:
+                state = json.loads(offsets_path.read_text())
+            except (OSError, ValueError) as exc:
+                raise AacoError(
+                    f"unreadable checkpoint: {exc}",
+                    subject=offsets_path,
+                    hint="move it aside to re-ingest durable inputs from the start",
+                ) from exc
+        referenced: set[Path] = set()
+        intents = sorted((int(m.group(1)), f) for f in self.checkpoints.iterdir() if (m := _INTENT.match(f.name)))
+        for seq, path in intents:
+            intent = json.loads(path.read_text())
+            for tmp, final in intent["parts"]:
+                tmp_p, final_p = self.root / tmp, self.root / final
+                if not final_p.exists() and tmp_p.exists():
+                    os.link(tmp_p, final_p)
+                referenced.add(tmp_p)
+                tmp_p.unlink(missing_ok=True)
+            state["inputs"].update(intent["offsets"])
+            state["commit"] = max(int(state.get("commit", 0)), seq)
+            write_json_atomic(offsets_path, state)
+            path.unlink()
+            log.warning("lake: finished commit %d that an earlier run left incomplete", seq)
+        for stray in self.root.rglob(".part-*.tmp"):
+            stray.unlink(missing_ok=True)
+        self._commit_seq = int(state.get("commit", 0))
+        self.ledger.load(state.get("inputs", {}))
+
+    # -- buffering ----------------------------------------------------------------------------------
+
     def export(self, batch: EventBatch) -> ExportResult:
-        """Buffer a batch under its partitions; write parts that are due."""
+        """Buffer a batch under its partitions; commit when a partition is full or the interval passed."""
         if self._closed:
             return ExportResult.FAILURE
         b = batch.batch
         if b.num_rows == 0:
+            if batch.ranges:  # nothing to store: the piece is done when the next commit takes it
+                with self._lock:
+                    self._entries.append(_Entry(batch.kind, [], batch.ranges, 0))
             return ExportResult.SUCCESS
         self._stats.inc(EVENTS_RECEIVED, b.num_rows, component="exporter:lake")
         ts = b.column(TIME_COLUMN[batch.kind])
         dates = pc.strftime(pc.cast(ts, pa.timestamp("ns", tz="UTC")), format="%Y-%m-%d")
         keys = pc.binary_join_element_wise(dates, b.column("node"), "\x00")
-        due: list[tuple[str, str, str]] = []
         with self._lock:
             unique = pc.unique(keys).to_pylist()
+            parts = []
+            full = False
             for key in unique:
-                part = b.filter(pc.equal(keys, key)) if len(unique) > 1 else b
+                rows = b.filter(pc.equal(keys, key)) if len(unique) > 1 else b
                 date, node = key.split("\x00", 1)
-                k = (batch.kind, date, node)
-                self._buffers.setdefault(k, []).append(part)
-                self._rows[k] = self._rows.get(k, 0) + part.num_rows
-                if self._rows[k] >= self.config.flush_rows:
-                    due.append(k)
-            if self._clock() - self._last_flush >= self.config.flush_interval_s:
-                due = list(self._buffers)
-                self._last_flush = self._clock()
-            return ExportResult.SUCCESS if self._write(due) else ExportResult.FAILURE
+                parts.append((date, node, rows))
+                pk = (batch.kind, date, node)
+                self._partition_rows[pk] = self._partition_rows.get(pk, 0) + rows.num_rows
+                full |= self._partition_rows[pk] >= self.config.flush_rows
+            self._entries.append(_Entry(batch.kind, parts, batch.ranges, b.num_rows))
+            if full or self._clock() - self._last_flush >= self.config.flush_interval_s:
+                return ExportResult.SUCCESS if self.commit() else ExportResult.FAILURE
+        return ExportResult.SUCCESS
 
     def tick(self) -> None:
-        """Write everything buffered if the flush interval passed (called by the pipeline when idle)."""
+        """Commit what is buffered if the flush interval passed (called by the pipeline when idle)."""
         with self._lock:
-            if self._buffers and self._clock() - self._last_flush >= self.config.flush_interval_s:
-                self._last_flush = self._clock()
-                self._write(list(self._buffers))
+            if self._entries and self._clock() - self._last_flush >= self.config.flush_interval_s:
+                self.commit()
+
+    # -- commits ------------------------------------------------------------------------------------
+
+    def _writable(self) -> tuple[list[_Entry], dict[str, dict[str, Any]]]:
+        """The entries this commit may write, and the offsets it will commit.
+
+        An entry with ranges is written only if the commit moves its input's offset past all of them;
+        found by fixed point: drop entries whose ranges would stay uncommitted, recompute, repeat.
+        """
+        candidates = [e for e in self._entries if not any(r.failed for r in e.ranges)]
+        while True:
+            pieces = [r for e in candidates for r in e.ranges]
+            offsets = self.ledger.preview(pieces)
+            committed = {k: v["offset"] for k, v in offsets.items()}
+            keep = [e for e in candidates if all(committed.get(r.key, self._offset(r.key)) >= r.end for r in e.ranges)]
+            if len(keep) == len(candidates):
+                return keep, offsets
+            candidates = keep
+
+    def _offset(self, key: str) -> int:
+        now = self.ledger.committed(key)
+        return now[0] if now else 0
 
     def _next_part(self, directory: Path) -> int:
         if directory not in self._seq:
@@ -133,37 +245,79 @@ class LakeExporter(Exporter):
         self._seq[directory] += 1
         return seq
 
-    def _write(self, keys: list[tuple[str, str, str]]) -> bool:
-        ok = True
-        for key in keys:
-            batches = self._buffers.pop(key, None)
-            rows = self._rows.pop(key, 0)
-            if not batches:
-                continue
-            kind, date, node = key
-            directory = self.root / kind / f"date={date}" / f"node={urllib.parse.quote(node, safe='')}"
+    def commit(self, final: bool = False) -> bool:
+        """Write one commit of everything that may be written now; True if nothing failed.
+
+        ``final`` (shutdown): rows whose ranges cannot complete are dropped (counted); their input is
+        read again from its committed offset on the next start, so nothing is lost or doubled.
+        """
+        with self._lock:
+            self._last_flush = self._clock()
+            if not self._entries:
+                return True
+            entries, offsets = self._writable()
+            if not entries and not offsets and not final:
+                return True  # everything buffered waits for pieces still in flight
+            chosen = {id(e) for e in entries}
+            seq = self._commit_seq + 1
+            grouped: dict[tuple[str, str, str], list[pa.RecordBatch]] = {}
+            for e in entries:
+                for date, node, rows in e.parts:
+                    grouped.setdefault((e.kind, date, node), []).append(rows)
+            plan: list[tuple[Path, Path, int]] = []
             try:
-                directory.mkdir(parents=True, exist_ok=True)
-                table = pa.Table.from_batches(batches, schema=SCHEMAS[kind]).drop_columns(["node"])
-                tmp = directory / f".part-{os.getpid()}-{threading.get_ident()}.tmp"
-                pq.write_table(table, tmp, compression=self.config.compression)
-                while True:
-                    final = directory / f"part-{self._next_part(directory):06d}.parquet"
-                    try:
-                        os.link(tmp, final)
-                        break
-                    except FileExistsError:
-                        continue
-                tmp.unlink()
-                self._stats.inc(EVENTS_EMITTED, rows, component="exporter:lake")
+                for i, ((kind, date, node), batches) in enumerate(sorted(grouped.items())):
+                    directory = self.root / kind / f"date={date}" / f"node={urllib.parse.quote(node, safe='')}"
+                    directory.mkdir(parents=True, exist_ok=True)
+                    table = pa.Table.from_batches(batches, schema=SCHEMAS[kind]).drop_columns(["node"])
+                    tmp = directory / f".part-c{seq}-{i}.tmp"
+                    pq.write_table(table, tmp, compression=self.config.compression)
+                    final_path = directory / f"part-{self._next_part(directory):06d}.parquet"
+                    while final_path.exists():
+                        final_path = directory / f"part-{self._next_part(directory):06d}.parquet"
+                    plan.append((tmp, final_path, table.num_rows))
+                intent = {
+                    "commit": seq,
+                    "parts": [[str(t.relative_to(self.root)), str(f.relative_to(self.root))] for t, f, _ in plan],
+                    "offsets": offsets,
+                }
+                intent_path = self.checkpoints / f"commit-{seq:08d}.json"
+                write_json_atomic(intent_path, intent)
+                for tmp, final_path, _ in plan:
+                    os.link(tmp, final_path)
+                    tmp.unlink()
+                self.ledger.apply([r for e in entries for r in e.ranges])
+                write_json_atomic(self.checkpoints / OFFSETS, {"commit": seq, "inputs": self.ledger.snapshot()})
+                intent_path.unlink()
             except OSError as exc:
-                ok = False
+                for tmp, _, _ in plan:
+                    tmp.unlink(missing_ok=True)
                 self._stats.inc(EXPORT_ERRORS, 1, exporter="lake")
-                log.error("lake: cannot write %s rows of %s to %s: %s", rows, kind, directory, exc)
-                # Keep the rows for the next attempt rather than lose them.
-                self._buffers.setdefault(key, []).extend(batches)
-                self._rows[key] = self._rows.get(key, 0) + rows
-        return ok
+                log.error("lake: commit %d under %s failed (rows kept for the next attempt): %s", seq, self.root, exc)
+                return False
+            self._commit_seq = seq
+            written = sum(e.rows for e in entries)
+            self._stats.inc(EVENTS_EMITTED, written, component="exporter:lake")
+            rest = [e for e in self._entries if id(e) not in chosen]
+            if final:
+                dropped = sum(e.rows for e in rest)
+                if dropped:
+                    self._stats.inc(EVENTS_DROPPED, dropped, component="exporter:lake", reason="uncommitted_input")
+                    log.warning(
+                        "lake: %d event(s) of inputs not complete at shutdown were not stored; they will "
+                        "be read again from the last checkpoint",
+                        dropped,
+                    )
+                rest = []
+            self._entries = rest
+            self._partition_rows = {}
+            for e in rest:
+                for date, node, rows in e.parts:
+                    pk = (e.kind, date, node)
+                    self._partition_rows[pk] = self._partition_rows.get(pk, 0) + rows.num_rows
+            return True
+
+    # -- snapshots and lifecycle --------------------------------------------------------------------
 
     def export_snapshot(self, snapshot: AnalysisSnapshot) -> ExportResult:
         """Replace analysis.json (and sources.json) with the latest snapshot."""
@@ -180,15 +334,18 @@ class LakeExporter(Exporter):
         return ExportResult.SUCCESS
 
     def force_flush(self, timeout_s: float = 10.0) -> bool:
-        """Write every buffer now."""
-        with self._lock:
-            self._last_flush = self._clock()
-            return self._write(list(self._buffers))
+        """Commit what may be committed now."""
+        if not self._started:
+            return True
+        return self.commit()
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
-        """Flush and refuse further batches; idempotent."""
+        """Final commit, then release the lock; idempotent, safe before start."""
         if self._closed:
             return
         if self._started:
-            self.force_flush(timeout_s)
+            self.commit(final=True)
         self._closed = True
+        if self._lock_file is not None:
+            self._lock_file.close()
+            self._lock_file = None

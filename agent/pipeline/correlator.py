@@ -234,12 +234,15 @@ class Correlator:
             self._stats.inc(CORRELATED, n_matched, outcome="matched")
         if go_mask.all():
             self._stats.inc(CORRELATED, int(n - n_matched), outcome="unmatched")
-            return [EventBatch(item.kind, out_batch, item.source)]
+            return [item.derive(out_batch)]
         if go_mask.any():
             go = out_batch.filter(pa.array(go_mask))
             self._stats.inc(CORRELATED, int(go.num_rows - n_matched), outcome="unmatched")
-            out.append(EventBatch(item.kind, go, item.source))
-        held = EventBatch(item.kind, batch.filter(pa.array(hold_mask)), item.source)
+            out.append(item.derive(go))
+        held = item.derive(batch.filter(pa.array(hold_mask)))
+        for r in item.ranges:  # one batch became two (what goes on and what is held): one more piece
+            if out:
+                r.add_pieces(1)
         due = deadline if deadline is not None else self._clock() + self._hold_s  # type: ignore[operator]
         self._pending.append((due, held))
         self._pending_rows += held.rows

@@ -14,6 +14,8 @@ from typing import Final
 
 import pyarrow as pa
 
+from .ledger import Range
+
 I64 = pa.int64()
 F64 = pa.float64()
 STR = pa.string()
@@ -216,11 +218,20 @@ def empty(kind: str) -> pa.RecordBatch:
 
 @dataclass(frozen=True, slots=True)
 class EventBatch:
-    """One batch on the bus: the kind (a key of ``SCHEMAS``), the rows, and the source that read them."""
+    """One batch on the bus: the kind (a key of ``SCHEMAS``), the rows, and the source that read them.
+
+    ``ranges`` are the chunks of durable input the rows came from (``ledger.Range``): whoever makes
+    them durable (the lake) marks them done, so checkpoints only ever cover rows already stored.
+    """
 
     kind: str
     batch: pa.RecordBatch
     source: str
+    ranges: tuple[Range, ...] = ()
+
+    def derive(self, batch: pa.RecordBatch) -> EventBatch:
+        """A batch with other rows but the same kind, source and ranges (the caller counts the pieces)."""
+        return EventBatch(self.kind, batch, self.source, self.ranges)
 
     @property
     def rows(self) -> int:

@@ -16,6 +16,7 @@ from aaco.exporters.base import Exporter, ExportResult
 
 from .bus import Bus
 from .correlator import Correlator
+from .ledger import Ledger
 from .schemas import EventBatch
 from .signals import define
 from .stats import EXPORT_ERRORS, Stats
@@ -47,6 +48,7 @@ class Pipeline:
         node: str,
         snapshot_interval_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
+        ledger: Ledger | None = None,
     ) -> None:
         self.bus = bus
         self.correlator = correlator
@@ -54,6 +56,7 @@ class Pipeline:
         self.exporters = list(exporters)
         self.stats = stats
         self.node = node
+        self.ledger = ledger
         self.snapshot_interval_s = snapshot_interval_s
         self._clock = clock
         self._last_snapshot = clock()
@@ -109,6 +112,9 @@ class Pipeline:
             except Exception:
                 self._bug(f"exporter {exp.name}", exp.name)
                 self.stats.inc(EXPORT_ERRORS, 1, exporter=exp.name)
+        if item.ranges and self.ledger is not None and not any(e.durable for e in self.exporters):
+            # No exporter stores rows durably: the pieces are done once dispatched (nothing to resume).
+            self.ledger.apply(list(item.ranges))
 
     def _bug(self, what: str, key: str) -> None:
         if key not in self._failed:

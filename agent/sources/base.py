@@ -20,11 +20,13 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 import pyarrow as pa
 
 from aaco.agent.pipeline.bus import MAX_BATCH_ROWS, Bus
+from aaco.agent.pipeline.ledger import Ledger, Range
 from aaco.agent.pipeline.schemas import TIME_COLUMN, EventBatch, SchemaError, conform
 from aaco.agent.pipeline.stats import SOURCE_ERRORS, SOURCE_FILES, SOURCE_LAG, Stats
 
@@ -126,24 +128,44 @@ class SourceContext:
     stop: threading.Event = field(default_factory=threading.Event)
     abort: threading.Event = field(default_factory=threading.Event)
     progress: Progress = field(default_factory=NullProgress)
+    ledger: Ledger = field(default_factory=Ledger)
+    quarantine: Path | None = None  # where bad input is copied (DIR/quarantine/<source>/), None: not kept
 
     def publish(
-        self, source: str, kind: str, batch: pa.RecordBatch | pa.Table, *, durable: bool, live: bool = False
+        self,
+        source: str,
+        kind: str,
+        batch: pa.RecordBatch | pa.Table,
+        *,
+        durable: bool,
+        live: bool = False,
+        range_: Range | None = None,
     ) -> bool:
         """Conform ``batch`` to ``kind`` and put it on the bus in chunks of at most ``MAX_BATCH_ROWS``.
 
         ``durable`` input (a file that can be re-read) waits for room; anything else is offered and
         dropped, counted, when the bus is full. Returns False if any chunk did not get on the bus.
+        ``range_`` is the ledger range of the input these rows came from: each chunk is one piece
+        of it, and a chunk the bus refuses fails it (the input is read again after a restart).
         """
         try:
             full = conform(kind, batch)
         except SchemaError as exc:
             self.problem(source, kind, "schema", str(exc), fatal=False, count=batch.num_rows)
+            if range_ is not None:
+                range_.fail()
             return False
         ok = True
+        ranges = (range_,) if range_ is not None else ()
         for offset in range(0, full.num_rows, MAX_BATCH_ROWS):
-            item = EventBatch(kind, full.slice(offset, MAX_BATCH_ROWS), source)
-            ok &= self.bus.put(item, stop=self.abort) if durable else self.bus.offer(item)
+            item = EventBatch(kind, full.slice(offset, MAX_BATCH_ROWS), source, ranges)
+            if range_ is not None:
+                range_.add_pieces(1)
+            sent = self.bus.put(item, stop=self.abort) if durable else self.bus.offer(item)
+            if not sent and range_ is not None:
+                range_.done()
+                range_.fail()
+            ok &= sent
         if live and full.num_rows:
             newest = int(full.column(TIME_COLUMN[kind]).to_numpy().max())
             self.stats.set(SOURCE_LAG, max(0.0, (time.time_ns() - newest) / 1e9), source=source)

@@ -188,7 +188,7 @@ def test_no_temporary_files_left(tmp_path, stats):
     lx = make(tmp_path, stats)
     lx.export(kb([DAY1]))
     lx.force_flush()
-    assert [p.name for p in lx.root.rglob(".*")] == []
+    assert [p.name for p in lx.root.rglob(".*")] == [".lock"]  # the lake's lock, not a temporary file
 
 
 def test_unsafe_node_names_are_uri_encoded_in_paths(tmp_path, stats):
@@ -266,7 +266,7 @@ def test_export_snapshot_writes_analysis_json(tmp_path, stats):
     assert doc["latency"]["models"]["resnet"]["mean_s"] == pytest.approx(0.002)
     assert json.loads((lx.root / "sources.json").read_text()) == {"sources": records}
     # replaced atomically: no temporary file is left beside it
-    assert sorted(p.name for p in lx.root.iterdir() if p.is_file()) == ["analysis.json", "sources.json"]
+    assert sorted(p.name for p in lx.root.iterdir() if p.is_file()) == [".lock", "analysis.json", "sources.json"]
 
 
 def test_export_snapshot_failure_counts_error(tmp_path, stats):

@@ -49,7 +49,15 @@ class OtlpConfig(StrictModel):
     queue_max_spans: PositiveInt = Field(200_000, description="Bound of the export queue; oldest dropped first.")
     max_spans_per_request: PositiveInt = Field(8192, description="Spans per export request.")
     retry_max_elapsed_s: PositiveFloat = Field(120.0, description="Give up on a request after retrying this long.")
-    max_kernel_spans_per_trace: PositiveInt = Field(2000, description="Beyond it kernels are summarised.")
+    max_kernel_spans_per_trace: PositiveInt = Field(
+        2000, description="Kernel spans per trace; beyond it kernels are summarised on the iteration span."
+    )
+    max_spans_per_second: PositiveFloat = Field(
+        50_000.0, description="Node-wide kernel span budget; beyond it kernels are summarised on their root span."
+    )
+    trace_window_s: PositiveFloat = Field(
+        2.0, description="How long a trace's root span waits for more kernels before it is sent with its summary."
+    )
 
 
 @dataclass(frozen=True)

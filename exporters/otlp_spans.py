@@ -1,26 +1,27 @@
-"""Arrow batches to encoded OTLP spans (DESIGN section 5), straight from the columns.
+"""Arrow batches and trace roots to encoded OTLP spans (DESIGN section 5), straight from the columns.
 
-- An iteration row is a span (the root of its trace): name from what delimited it (``model_run``,
-  ``ProfilerStep``), attributes ``aaco.model``, ``aaco.iteration``, ``aaco.run_id``, ``process.pid``.
-- A kernel, memcpy or memset row with a trace (the correlator gave it one) is a child span of its
-  iteration, named by kernel family (``analyzers.kernels``), with ``gpu.kernel.name`` (full name),
-  ``gpu.kernel.kind``, ``gpu.device.id``, ``gpu.stream.id``, ``gpu.queue.id``, ``gpu.correlation.id``,
-  grid and workgroup sizes, and the launching ``thread.id``.
+- A *root* span is an iteration (``model_run``, ``ProfilerStep``, a rocTX range) or, when nothing finer
+  exists, a capture window; the assembler (``otlp_assembly``) builds it with its summary attributes,
+  off-CPU span events and links to application spans.
+- A kernel, memcpy or memset row is a child span of its root, named by kernel family
+  (``analyzers.kernels``), with ``gpu.kernel.name`` (full name), ``gpu.kernel.kind``,
+  ``gpu.device.id``, ``gpu.stream.id``, ``gpu.queue.id``, ``gpu.correlation.id``, grid and workgroup
+  sizes, and the launching ``thread.id``. Its CPU launch call (``cudaLaunchKernel``, a HIP call),
+  where the source has one, is a span too, a sibling under the same root, and the kernel links to it.
 - Kernel span IDs are derived, vectorised, from the parent span and the kernel's identity (times,
   name, device, stream, correlation) with splitmix64 over stable hashes: a replay or a retry yields
-  the same IDs, never a second copy of the trace.
+  the same IDs, never a second copy of the trace. A launch span's ID derives from its kernel's.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 import struct
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from aaco.analyzers.kernels import families
 
@@ -33,11 +34,11 @@ _KIND_INTERNAL = w.varint_field(6, 1)
 _START = w.tag(7, w.I64)
 _END = w.tag(8, w.I64)
 _pack_q = struct.Struct("<Q").pack
-_STEP_SUFFIX = re.compile(r"#\d+$")
 
 _M1 = np.uint64(0x9E3779B97F4A7C15)
 _M2 = np.uint64(0xBF58476D1CE4E5B9)
 _M3 = np.uint64(0x94D049BB133111EB)
+_LAUNCH_SALT = np.uint64(0x6C61756E63680001)  # "launch", keeps a launch's ID apart from its kernel's
 
 
 def splitmix64(x: np.ndarray) -> np.ndarray:
@@ -74,8 +75,59 @@ def _hex_ids(values: list[str | None], size: int) -> tuple[list[bytes | None], n
     return raw, ints
 
 
+@dataclass
+class SpanEvent:
+    """A span event (an off-CPU interval of the workload's thread, ...)."""
+
+    time_ns: int
+    name: str
+    attributes: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass
+class RootSpan:
+    """The root of one trace: an iteration or a capture window, built up while its trace is open."""
+
+    trace_id: bytes
+    span_id: bytes
+    name: str
+    start_ns: int
+    end_ns: int
+    attributes: dict[str, object] = field(default_factory=dict)
+    parent_span_id: bytes | None = None
+    events: list[SpanEvent] = field(default_factory=list)
+    links: list[tuple[bytes, bytes, dict[str, object]]] = field(default_factory=list)
+
+    def encode(self) -> bytes:
+        """The Span message."""
+        parts = [_TRACE_TAG, self.trace_id, _SPAN_TAG, self.span_id]
+        if self.parent_span_id:
+            parts += [_PARENT_TAG, self.parent_span_id]
+        parts += [
+            w.length_delimited(5, self.name.encode("utf-8", "replace")),
+            _KIND_INTERNAL,
+            _START,
+            _pack_q(self.start_ns),
+            _END,
+            _pack_q(max(self.end_ns, self.start_ns)),
+        ]
+        parts.append(w.attributes(9, self.attributes))
+        for ev in self.events:  # Span.events = 11: Event{time_unix_nano=1, name=2, attributes=3}
+            body = w.fixed64(1, ev.time_ns) + w.length_delimited(2, ev.name.encode()) + w.attributes(3, ev.attributes)
+            parts.append(w.length_delimited(11, body))
+        for trace, span, attrs in self.links:
+            parts.append(link(trace, span, attrs))
+        return b"".join(parts)
+
+
+def link(trace_id: bytes, span_id: bytes, attributes: dict[str, object] | None = None) -> bytes:
+    """An encoded ``links`` field (Span.links = 13: Link{trace_id=1, span_id=2, attributes=4})."""
+    body = w.length_delimited(1, trace_id) + w.length_delimited(2, span_id) + w.attributes(4, attributes or {})
+    return w.length_delimited(13, body)
+
+
 class SpanEncoder:
-    """Encodes iterations and kernels of Arrow batches as OTLP Span messages (bytes)."""
+    """Encodes kernel and launch spans of Arrow batches whose trace context is set."""
 
     def __init__(self) -> None:
         self._attrs = w.AttributeCache()
@@ -89,57 +141,6 @@ class SpanEncoder:
             if len(self._names) < 10_000:
                 self._names[name] = enc
         return enc
-
-    def iteration_spans(self, batch: pa.RecordBatch) -> list[bytes]:
-        """One root span per iteration row."""
-        cols = batch.select(
-            [
-                "trace_id",
-                "span_id",
-                "start_ns",
-                "end_ns",
-                "name",
-                "model",
-                "iteration",
-                "run_id",
-                "pid",
-                "tid",
-                "source",
-                "provider",
-            ]
-        ).to_pydict()
-        a = self._attrs
-        out = []
-        for i in range(batch.num_rows):
-            if cols["trace_id"][i] is None or cols["span_id"][i] is None:
-                continue
-            name = _STEP_SUFFIX.sub("", cols["name"][i] or "iteration")
-            parts = [
-                _TRACE_TAG,
-                bytes.fromhex(cols["trace_id"][i]),
-                _SPAN_TAG,
-                bytes.fromhex(cols["span_id"][i]),
-                self._name(name),
-                _KIND_INTERNAL,
-                _START,
-                _pack_q(cols["start_ns"][i]),
-                _END,
-                _pack_q(cols["end_ns"][i]),
-            ]
-            for key, col in (
-                ("aaco.model", "model"),
-                ("aaco.iteration", "iteration"),
-                ("aaco.run_id", "run_id"),
-                ("process.pid", "pid"),
-                ("thread.id", "tid"),
-                ("aaco.source", "source"),
-                ("aaco.provider", "provider"),
-            ):
-                v = cols[col][i]
-                if v is not None:
-                    parts.append(a.get(key, v) if col != "iteration" else w.length_delimited(9, w.key_value(key, v)))
-            out.append(b"".join(parts))
-        return out
 
     def kernel_span_ids(self, batch: pa.RecordBatch, parent_ints: np.ndarray) -> np.ndarray:
         """Deterministic span IDs (uint64) for kernel rows."""
@@ -167,20 +168,15 @@ class SpanEncoder:
         x[x == 0] = np.uint64(1)
         return x
 
-    def kernel_spans(self, batch: pa.RecordBatch) -> tuple[list[bytes], int]:
-        """Child spans for kernel rows that have a trace; returns (spans, rows without a trace)."""
-        has = batch.column("trace_id").is_valid()
-        if not pc.all(has).as_py():
-            sub = batch.filter(has)
-            missing = batch.num_rows - sub.num_rows
-            batch = sub
-        else:
-            missing = 0
-        if batch.num_rows == 0:
-            return [], missing
+    def kernel_spans(self, batch: pa.RecordBatch, with_launches: bool = True) -> list[bytes]:
+        """Child spans for kernel rows (``trace_id`` and ``parent_span_id`` set), and their launch spans."""
+        n = batch.num_rows
+        if n == 0:
+            return []
         trace_raw, _ = _hex_ids(batch.column("trace_id").to_pylist(), 16)
         parent_raw, parent_ints = _hex_ids(batch.column("parent_span_id").to_pylist(), 8)
         span_ids = self.kernel_span_ids(batch, parent_ints)
+        launch_ids = splitmix64(span_ids ^ _LAUNCH_SALT)
         fams = families(batch.column("name"), batch.column("kind"))
         cols: dict[str, list[Any]] = batch.select(
             [
@@ -200,6 +196,9 @@ class SpanEncoder:
                 "workgroup_y",
                 "workgroup_z",
                 "op_name",
+                "launch_start_ns",
+                "launch_end_ns",
+                "launch_name",
             ]
         ).to_pydict()
         a = self._attrs
@@ -217,16 +216,15 @@ class SpanEncoder:
         )
         out = []
         span_bytes = span_ids.astype("<u8").tobytes()
-        for i in range(batch.num_rows):
+        launch_bytes = launch_ids.astype("<u8").tobytes()
+        for i in range(n):
+            trace = trace_raw[i]
+            parent = parent_raw[i]
+            head = [_TRACE_TAG, trace, _SPAN_TAG, span_bytes[8 * i : 8 * i + 8]]
+            if parent is not None:
+                head += [_PARENT_TAG, parent]
             parts = [
-                _TRACE_TAG,
-                trace_raw[i],
-                _SPAN_TAG,
-                span_bytes[8 * i : 8 * i + 8],
-            ]
-            if parent_raw[i] is not None:
-                parts += [_PARENT_TAG, parent_raw[i]]
-            parts += [
+                *head,
                 self._name(fams[i]),
                 _KIND_INTERNAL,
                 _START,
@@ -244,5 +242,26 @@ class SpanEncoder:
                 v = cols[col][i]
                 if v is not None:
                     parts.append(a.get(key, v))
+            ls, le = cols["launch_start_ns"][i], cols["launch_end_ns"][i]
+            if with_launches and ls is not None and le is not None and trace is not None:
+                lid = launch_bytes[8 * i : 8 * i + 8]
+                parts.append(link(trace, lid, {"aaco.link": "launch"}))
+                launch = [_TRACE_TAG, trace, _SPAN_TAG, lid]
+                if parent is not None:
+                    launch += [_PARENT_TAG, parent]
+                launch += [
+                    self._name(cols["launch_name"][i] or "launch"),
+                    _KIND_INTERNAL,
+                    _START,
+                    _pack_q(ls),
+                    _END,
+                    _pack_q(max(le, ls)),
+                    a.get("aaco.span.kind", "gpu.launch"),
+                ]
+                if corr is not None:
+                    launch.append(w.length_delimited(9, w.key_value("gpu.correlation.id", corr)))
+                if cols["tid"][i] is not None:
+                    launch.append(a.get("thread.id", cols["tid"][i]))
+                out.append(b"".join(launch))
             out.append(b"".join(parts))
-        return out, missing
+        return out

@@ -1,13 +1,13 @@
 """OTLP trace export: iterations and their kernels as spans, over gRPC or HTTP, bounded and retried.
 
-``export`` encodes a batch (``otlp_spans``) into requests of at most ``max_spans_per_request``
-spans and queues them; a sender thread ships them. The queue is bounded in spans: when full, the
+``export`` hands a batch to the trace assembler (``otlp_assembly``: roots, kernel spans, span
+budget), packs the spans ready into requests of at most ``max_spans_per_request`` and queues them;
+a sender thread ships them. The queue is bounded in spans: when full, the
 oldest requests are dropped and counted (``aaco_events_dropped_total{component="exporter:otlp",
 reason="queue_full"}``), so an upstream outage costs data at the old end, never memory. Failed
 sends are retried with exponential backoff and jitter (the server's RetryInfo / Retry-After wins)
 for up to ``retry_max_elapsed_s``; a permanent error drops the request, counted. ``shutdown``
 flushes within its deadline and counts what is left as dropped (reason ``shutdown``).
-Kernels without a trace (no iteration matched) are counted as dropped with reason ``no_trace``.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from aaco.agent.pipeline.stats import (
 
 from . import otlp_wire as w
 from .base import Exporter, ExportResult
+from .otlp_assembly import TraceAssembler
 from .otlp_settings import OtlpConfig, OtlpTarget, resolve
-from .otlp_spans import SpanEncoder
 from .otlp_transport import Transport, make_transport
 
 log = logging.getLogger("aaco.exporters.otlp")
@@ -93,7 +93,10 @@ class OtlpTraceExporter(Exporter):
         self.target: OtlpTarget | None = resolve(config, "traces", env)
         self._resource = w.resource(resource_attributes(node, env))
         self._scope = w.scope("aaco", __version__)
-        self._encoder = SpanEncoder()
+        self._assembler = TraceAssembler(
+            node, stats, config.max_kernel_spans_per_trace, config.max_spans_per_second, config.trace_window_s
+        )
+        self._assembly_lock = threading.Lock()
         self._transport = transport
         self._queue: deque[tuple[bytes, int]] = deque()
         self._queued = 0
@@ -119,25 +122,32 @@ class OtlpTraceExporter(Exporter):
     # -- producer side ------------------------------------------------------------------------------
 
     def export(self, batch: EventBatch) -> ExportResult:
-        """Encode and queue the spans of an iterations or kernels batch."""
-        if self.target is None or batch.kind not in ("iterations", "kernels") or batch.rows == 0:
+        """Assemble the batch's spans and queue those ready to go."""
+        if self.target is None or batch.kind not in ("iterations", "kernels", "sched") or batch.rows == 0:
             return ExportResult.SUCCESS
         if self._closing:
             self.stats.inc(EVENTS_DROPPED, batch.rows, component=COMPONENT, reason="shutdown")
             return ExportResult.FAILURE
-        if batch.kind == "iterations":
-            spans = self._encoder.iteration_spans(batch.batch)
-            missing = batch.rows - len(spans)
-        else:
-            spans, missing = self._encoder.kernel_spans(batch.batch)
-        self.stats.inc(EVENTS_RECEIVED, batch.rows, component=COMPONENT)
-        if missing:
-            self.stats.inc(EVENTS_DROPPED, missing, component=COMPONENT, reason="no_trace")
+        if batch.kind != "sched":
+            self.stats.inc(EVENTS_RECEIVED, batch.rows, component=COMPONENT)
+        with self._assembly_lock:
+            spans = self._assembler.add(batch)
+        self._send_spans(spans)
+        return ExportResult.SUCCESS
+
+    def tick(self) -> None:
+        """Send the roots of traces whose window passed (called by the pipeline when idle)."""
+        if self.target is None:
+            return
+        with self._assembly_lock:
+            spans = self._assembler.expire()
+        self._send_spans(spans)
+
+    def _send_spans(self, spans: list[bytes]) -> None:
         step = self.config.max_spans_per_request
         for i in range(0, len(spans), step):
             chunk = spans[i : i + step]
             self._enqueue(w.export_trace_request(self._resource, self._scope, chunk), len(chunk))
-        return ExportResult.SUCCESS
 
     def _enqueue(self, payload: bytes, n: int) -> None:
         with self._cond:
@@ -223,9 +233,12 @@ class OtlpTraceExporter(Exporter):
     # -- lifecycle ----------------------------------------------------------------------------------
 
     def force_flush(self, timeout_s: float = 10.0) -> bool:
-        """Wait until everything queued was sent (or given up), up to ``timeout_s``."""
+        """Close every open trace and wait until everything queued was sent (or given up), up to ``timeout_s``."""
         if self._thread is None:
             return True
+        with self._assembly_lock:
+            spans = self._assembler.close_all()
+        self._send_spans(spans)
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while (self._queue or self._in_flight) and time.monotonic() < deadline:

@@ -121,6 +121,7 @@ SCHED: Final = _schema(
         ("comm", STR),
         ("interval_ns", I64),
         ("source", STR),
+        ("bucket_le_ns", I64),  # runqueue_latency rows: upper bound of the log2 histogram bucket
     ],
 )
 

@@ -28,6 +28,22 @@ _KINETO_KEYS = (b'"schemaVersion"', b'"deviceProperties"', b'"baseTimeNanosecond
 _KINETO_CATS = re.compile(
     rb'"cat"\s*:\s*"(cpu_op|cuda_runtime|kernel|gpu_memcpy|gpu_memset|user_annotation|python_function)"'
 )
+# rocprofv3 --output-format json: {"rocprofiler-sdk-tool": [...]} (or an object in some releases).
+_ROCPROFV3_JSON = re.compile(rb'^\{\s*"rocprofiler-sdk-tool"\s*:\s*[\[{]')
+SQLITE_MAGIC = b"SQLite format 3\x00"
+# Every format ``sniff`` can name. The rocprofv3 CSVs are one file per domain (see rocprofv3_csv).
+FORMATS = (
+    "ort_profile",
+    "kineto",
+    "rocprofv3_kernel_csv",
+    "rocprofv3_memcpy_csv",
+    "rocprofv3_api_csv",
+    "rocprofv3_agent_info_csv",
+    "rocprofv3_json",
+    "rocpd",
+    "rocprof_v1_csv",
+    "rocprof_v1_json",
+)
 
 
 @dataclass(frozen=True)
@@ -71,16 +87,24 @@ def read_all(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
 
 
 def sniff(head: bytes) -> str | None:
-    """The format of a trace whose content starts with ``head``: ``ort_profile``, ``kineto`` or None."""
+    """The format of a trace whose content starts with ``head`` (one of ``FORMATS``), or None."""
+    if head.startswith(SQLITE_MAGIC):
+        return "rocpd" if b"rocpd_" in head else None
     text = head.lstrip()
     if text.startswith(b"[") and _ORT_HEAD.match(text):
         return "ort_profile"
     if text.startswith(b"{"):
+        if _ROCPROFV3_JSON.match(text):
+            return "rocprofv3_json"
         if b'"BeginNs"' in head:  # rocprof v1/v2 results.json: a Chrome trace, but not Kineto's
-            return None
+            return "rocprof_v1_json" if b'"traceEvents"' in head else None
         if any(k in head for k in _KINETO_KEYS) or (b'"traceEvents"' in head and _KINETO_CATS.search(head)):
             return "kineto"
-    return None
+        return None
+    from .rocprof_v1 import sniff_csv as sniff_rocprof_v1_csv
+    from .rocprofv3_csv import sniff_csv as sniff_rocprofv3_csv
+
+    return sniff_rocprofv3_csv(head) or sniff_rocprof_v1_csv(head)
 
 
 def identify(path: Path) -> TraceFile:
@@ -98,7 +122,8 @@ def identify(path: Path) -> TraceFile:
     fmt = sniff(head)
     if fmt is None:
         raise TraceFormatError(
-            "not a recognised trace (expected an ONNX Runtime profile or a Kineto/PyTorch profiler JSON)",
+            "not a recognised trace (expected an ONNX Runtime profile, a Kineto/PyTorch profiler JSON, "
+            "a rocprofv3 CSV/JSON/rocpd database, or a rocprof v1/v2 results.csv/results.json)",
             subject=path,
         )
     digest = hashlib.blake2b(head, digest_size=12)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
@@ -12,7 +13,13 @@ from aaco.agent.pipeline.clock import ClockOffset
 
 @dataclass
 class ParsedTrace:
-    """Events read from one trace, ready to conform and publish (iterations first, then kernels)."""
+    """Events read from one trace, ready to conform and publish (iterations first, then kernels).
+
+    ``devices`` maps the ``device`` strings of the kernels to what the trace says about them (name,
+    product, the tool's own label), see ``trace_common``. ``bad_rows`` are the rows that could not be
+    used, as ``trace_common.BadRow`` (byte offset, raw bytes, reason), for logs and quarantine; their
+    counts by reason are in ``skipped``.
+    """
 
     format: str
     kernels: pa.Table
@@ -20,3 +27,5 @@ class ParsedTrace:
     clock: ClockOffset
     skipped: Counter[str] = field(default_factory=Counter)
     pids: tuple[int, ...] = ()
+    devices: dict[str, dict[str, Any]] = field(default_factory=dict)
+    bad_rows: list[Any] = field(default_factory=list)

@@ -46,13 +46,13 @@ def test_sniff_real_samples(samples):
     for name in ("kineto/mi250_minitoy_train_ROCm6_2_kineto.json.gz", "kineto/a100_alexnet_trace.json.gz"):
         assert sniff(read_head(samples / name)) == "kineto"
     # real files of other formats are not mistaken for ours
-    assert sniff(read_head(samples / "rocprofv3/kernel_trace.csv")) is None
+    assert sniff(read_head(samples / "rocprofv3/kernel_trace.csv")) == "rocprofv3_kernel_csv"
     assert sniff(read_head(samples / "rocm-smi/mi100_rocm602.json")) is None
     assert sniff(read_head(samples / "amd-smi/amd-smi-metric.json")) is None
 
 
 def test_rocprof_v1_chrome_trace_is_not_kineto(samples):
-    assert sniff(read_head(samples / "rocprof-v1/hip_trace_results.json")) is None
+    assert sniff(read_head(samples / "rocprof-v1/hip_trace_results.json")) == "rocprof_v1_json"
 
 
 def test_identify_real_kineto_sample(samples):

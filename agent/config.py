@@ -28,7 +28,7 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     ValidationError,
-    conint,
+    model_validator,
 )
 
 from aaco.exporters.lake import LakeConfig
@@ -37,6 +37,7 @@ from aaco.exporters.prometheus import PrometheusConfig
 
 from .config_base import StrictModel
 from .errors import ConfigError
+from .receivers.otlp import OtlpReceiverConfig
 from .sources import REGISTRY
 
 ENV_PREFIX = "AACO_"
@@ -53,15 +54,6 @@ class ExportersConfig(StrictModel):
     prometheus: PrometheusConfig = Field(default_factory=PrometheusConfig, description="Scrape endpoint.")
     otlp: OtlpConfig = Field(default_factory=OtlpConfig, description="OTLP traces and metrics.")
     lake: LakeConfig = Field(default_factory=LakeConfig, description="Local Parquet lake.")
-
-
-class OtlpReceiverConfig(StrictModel):
-    """The node's OTLP receiver, for applications' own spans."""
-
-    enabled: bool = Field(False, description="Accept OTLP from applications on this node.")
-    address: str = Field("127.0.0.1", description="Bind address (the chart uses the node IP).")
-    grpc_port: conint(ge=0, le=65535) = Field(4317, description="OTLP/gRPC port.")  # type: ignore[valid-type]
-    http_port: conint(ge=0, le=65535) = Field(4318, description="OTLP/HTTP port.")  # type: ignore[valid-type]
 
 
 class ReceiversConfig(StrictModel):
@@ -117,6 +109,17 @@ class AgentConfig(StrictModel):
     analyzers: AnalyzersConfig = Field(default_factory=AnalyzersConfig, description="Analyzer settings.")
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig, description="Pipeline bounds.")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
+
+    @model_validator(mode="after")
+    def _receiver_needs_upstream(self) -> AgentConfig:
+        upstream = (
+            self.exporters.otlp.endpoint
+            or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+            or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        )
+        if self.receivers.otlp.enabled and not upstream:
+            raise ValueError("receivers.otlp.enabled needs an upstream: set exporters.otlp.endpoint")
+        return self
 
 
 def embedded_default() -> dict[str, Any]:

@@ -30,8 +30,13 @@ from aaco.analyzers.base import AnalysisSnapshot, Analyzer
 from aaco.analyzers.kar import KarAnalyzer
 from aaco.analyzers.latency import LatencyAnalyzer
 from aaco.analyzers.launch import LaunchAnalyzer
+from aaco.analyzers.sched import SchedAnalyzer
+from aaco.analyzers.telemetry import TelemetryAnalyzer
 from aaco.exporters.base import Exporter
 from aaco.exporters.lake import LakeExporter
+from aaco.exporters.otlp_sender import OtlpSender
+from aaco.exporters.otlp_settings import resolve as resolve_otlp
+from aaco.exporters.otlp_traces import OtlpTraceExporter, rejected_spans
 from aaco.exporters.prometheus import PrometheusExporter
 
 from .config import AgentConfig, source_names
@@ -41,6 +46,7 @@ from .pipeline.correlator import Correlator
 from .pipeline.ledger import Ledger
 from .pipeline.stats import Stats
 from .pipeline.worker import Pipeline
+from .receivers.otlp import OtlpReceiver
 from .sources import REGISTRY
 from .sources.base import Journal, NullProgress, Problem, Progress, Source, SourceContext
 
@@ -74,6 +80,8 @@ def build_analyzers(config: AgentConfig) -> list[Analyzer]:
         KarAnalyzer(max_models=a.max_models),
         LaunchAnalyzer(microkernel_threshold_us=a.launch.microkernel_threshold_us, max_groups=a.max_models),
         ActivityAnalyzer(),
+        TelemetryAnalyzer.from_config(config),
+        SchedAnalyzer.from_agent_config(config),
     ]
 
 
@@ -108,6 +116,8 @@ class AgentService:
         self._worker: threading.Thread | None = None
         self._worker_stop = threading.Event()
         self.final_snapshot: AnalysisSnapshot | None = None
+        self.receiver: OtlpReceiver | None = None
+        self._forwarders: list[OtlpSender] = []
 
     # -- exporters ----------------------------------------------------------------------------------
 
@@ -118,10 +128,13 @@ class AgentService:
             out.append(LakeExporter(ex.lake, self.stats, self.journal.records_json, ledger=self.ledger))
         if ex.prometheus.enabled:
             out.append(PrometheusExporter(ex.prometheus, self.stats, self, config.node))
-        if ex.otlp.endpoint:
-            from aaco.exporters.otlp_traces import OtlpTraceExporter
-
-            out.append(OtlpTraceExporter(ex.otlp, self.stats, config.node))
+        if resolve_otlp(ex.otlp, "traces") is not None:
+            rx = config.receivers.otlp
+            out.append(
+                OtlpTraceExporter(
+                    ex.otlp, self.stats, config.node, link_window_s=rx.link_window_s, link_mode=rx.link_mode
+                )
+            )
         return out + self._extra
 
     @staticmethod
@@ -208,6 +221,8 @@ class AgentService:
             self.pipeline.exporters = self.exporters
             self._worker = threading.Thread(target=self._work, name="aaco-pipeline", daemon=True)
             self._worker.start()
+            if self.config.receivers.otlp.enabled:
+                self._start_receiver()
             for name, cfg in zip(source_names(self.config), self.config.sources, strict=True):
                 self._start_source(name, cfg)
             self.state = State.RUNNING
@@ -217,6 +232,37 @@ class AgentService:
                 len(self.config.sources),
                 ", ".join(e.name for e in self.exporters) or "none",
             )
+
+    def _start_receiver(self) -> None:
+        traces = self.exporter(OtlpTraceExporter)
+        assert isinstance(traces, OtlpTraceExporter)
+        traces.assembler.receiving = True
+        otlp = self.config.exporters.otlp
+        senders: dict[str, OtlpSender | None] = {}
+        for kind in ("metrics", "logs"):
+            target = resolve_otlp(otlp, kind)  # type: ignore[arg-type]
+            sender = None
+            if target is not None:
+                sender = OtlpSender(
+                    target,
+                    self.stats,
+                    f"forward:{signal}",
+                    otlp.queue_max_spans,
+                    otlp.retry_max_elapsed_s,
+                    rejected_spans,
+                )
+                sender.start()
+                self._forwarders.append(sender)
+            senders[kind] = sender
+        self.receiver = OtlpReceiver(
+            self.config.receivers.otlp,
+            self.stats,
+            traces.resource_attributes,
+            traces,
+            senders["metrics"],
+            senders["logs"],
+        )
+        self.receiver.start()
 
     def _work(self) -> None:
         while not self._worker_stop.is_set():
@@ -234,6 +280,8 @@ class AgentService:
         total = self.config.pipeline.shutdown_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + total
         sources_deadline = deadline - min(2.0, 0.3 * total)
+        if self.receiver is not None:
+            self.receiver.stop(min(2.0, 0.2 * total))
         self._stop_sources(list(self._sources), sources_deadline)
         self.bus.close()
         self._worker_stop.set()
@@ -250,6 +298,8 @@ class AgentService:
                 exp.shutdown(max(0.1, deadline - time.monotonic()))
             except Exception:
                 log.exception("exporter %s failed to shut down", exp.name)
+        for sender in self._forwarders:
+            sender.shutdown(max(0.1, deadline - time.monotonic()))
         with self._lock:
             self.state = State.STOPPED
         log.info("agent stopped")

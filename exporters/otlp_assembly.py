@@ -12,6 +12,15 @@ Roots are held open for ``window_s`` after their trace's last kernel (at most ``
 that the summary is complete when they are sent; meanwhile off-CPU intervals of the iteration's
 process (from the scheduler source) are attached as span events. Open traces are bounded
 (``max_open_traces``, oldest closed first).
+
+Application spans (received by the node's OTLP receiver) meet the iterations here: an application
+span whose resource has ``process.pid`` P is linked to the iterations of P that start inside it.
+Application requests are held for ``link_window_s`` (late data is fine) and, while the receiver is
+on, iteration roots are held as long, so the link goes both ways when both are still unsent; an
+iteration already sent gets only the forward link from the application span (counted by
+direction). With ``link_mode: children`` the iteration instead becomes a child of the application
+span: its whole trace (root, kernels, launches), held until it closes, moves into the
+application's trace.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -49,8 +59,17 @@ SPANS_EXPORTED = define(
     "Spans encoded for OTLP export, by kind (root, kernel, launch).",
     ("kind",),
 )
+SPAN_LINKS = define(
+    "aaco.spans.links",
+    "aaco_span_links",
+    "counter",
+    "{link}",
+    "Links between application spans and GPU iterations, by direction (to_iteration, to_application, parent).",
+    ("direction",),
+)
 
 MAX_EVENTS_PER_ROOT = 32
+MAX_LINKS_PER_SPAN = 128
 
 
 @dataclass
@@ -65,6 +84,31 @@ class _Trace:
     busy_ns: int = 0
     fam_busy: Counter[str] = field(default_factory=Counter)
     fam_count: Counter[str] = field(default_factory=Counter)
+    held: list[bytes] = field(default_factory=list)  # kernel spans held whole (link_mode children)
+    parent: tuple[bytes, bytes] | None = None  # (trace, span) of the application span it moves under
+
+
+@dataclass
+class AppSpan:
+    """An application span waiting for its links (its protobuf Span is changed in place)."""
+
+    pid: int
+    start_ns: int
+    end_ns: int
+    trace_id: bytes
+    span_id: bytes
+    span: Any
+    linked: set[bytes] = field(default_factory=set)  # iteration span IDs it links to
+
+
+@dataclass
+class AppRequest:
+    """A received ExportTraceServiceRequest, held until ``deadline`` so that its spans can be linked."""
+
+    request: Any
+    spans: list[AppSpan]
+    deadline: float
+    count: int
 
 
 class TokenBucket:
@@ -86,8 +130,13 @@ class TokenBucket:
         return granted
 
 
+def retrace(span: bytes, new_trace: bytes) -> bytes:
+    """A span encoded by this package (trace_id first: tag, length 16, 16 bytes) moved to another trace."""
+    return span[:2] + new_trace + span[18:]
+
+
 class TraceAssembler:
-    """Turns event batches into encoded spans (see the module docstring)."""
+    """Turns event batches into encoded spans and links application spans (see the module docstring)."""
 
     def __init__(
         self,
@@ -99,6 +148,9 @@ class TraceAssembler:
         max_hold_s: float = 30.0,
         max_open_traces: int = 20_000,
         clock: Callable[[], float] = time.monotonic,
+        link_window_s: float = 5.0,
+        link_mode: str = "links",
+        max_app_requests: int = 10_000,
     ) -> None:
         self.node = node
         self.stats = stats
@@ -106,12 +158,18 @@ class TraceAssembler:
         self.window_s = window_s
         self.max_hold_s = max_hold_s
         self.max_open = max_open_traces
+        self.link_window_s = link_window_s
+        self.link_mode = link_mode
+        self.max_app_requests = max_app_requests
+        self.receiving = False  # set when the node's receiver runs: roots then wait for application spans
         self._clock = clock
         self._bucket = TokenBucket(max_spans_per_second, clock)
         self._encoder = SpanEncoder()
         self._open: OrderedDict[bytes, _Trace] = OrderedDict()
         self._closed: OrderedDict[bytes, tuple[int, int]] = OrderedDict()  # late kernels: (exported, total)
         self._offcpu: OrderedDict[int, deque[tuple[int, int, int]]] = OrderedDict()  # pid -> (start, end, tid)
+        self._iterations: OrderedDict[int, deque[tuple[int, int, bytes, bytes]]] = OrderedDict()
+        self._apps: deque[AppRequest] = deque()
 
     @property
     def open_traces(self) -> int:
@@ -126,10 +184,9 @@ class TraceAssembler:
             return []
         if item.kind == "iterations":
             self._add_iterations(item.batch)
-            return self.expire()
-        if item.kind == "kernels":
+        elif item.kind == "kernels":
             return self._add_kernels(item.batch, item.source) + self.expire()
-        if item.kind == "sched":
+        elif item.kind == "sched":
             self._add_offcpu(item.batch)
         return self.expire()
 
@@ -141,23 +198,21 @@ class TraceAssembler:
 
     def _add_iterations(self, b: pa.RecordBatch) -> None:
         now = self._clock()
-        rows = b.select(
-            [
-                "trace_id",
-                "span_id",
-                "start_ns",
-                "end_ns",
-                "name",
-                "model",
-                "iteration",
-                "run_id",
-                "pid",
-                "tid",
-                "source",
-                "provider",
-            ]
-        ).to_pylist()
-        for r in rows:
+        cols = [
+            "trace_id",
+            "span_id",
+            "start_ns",
+            "end_ns",
+            "name",
+            "model",
+            "iteration",
+            "run_id",
+            "pid",
+            "tid",
+            "source",
+            "provider",
+        ]
+        for r in b.select(cols).to_pylist():
             if r["trace_id"] is None or r["span_id"] is None:
                 continue
             tid = bytes.fromhex(r["trace_id"])
@@ -182,6 +237,15 @@ class TraceAssembler:
                 {k: v for k, v in attrs.items() if v is not None},
             )
             t.pid = r["pid"]
+            if self.receiving:
+                t.deadline = max(t.deadline, now + self.link_window_s)
+            if r["pid"] is not None:
+                q = self._iterations.get(r["pid"])
+                if q is None:
+                    q = self._iterations[r["pid"]] = deque(maxlen=10_000)
+                    while len(self._iterations) > 1024:
+                        self._iterations.popitem(last=False)
+                q.append((r["start_ns"], r["end_ns"], tid, t.root.span_id))
 
     def _add_offcpu(self, b: pa.RecordBatch) -> None:
         sel = b.filter(pc.is_valid(b.column("offcpu_start_ns")))
@@ -234,11 +298,23 @@ class TraceAssembler:
             for fam, d in zip(fams[rows].tolist(), dur[rows].tolist(), strict=True):
                 t.fam_busy[fam] += d
                 t.fam_count[fam] += 1
-        spans = self._encoder.kernel_spans(b.filter(pa.array(keep))) if keep.any() else []
-        kernels = int(keep.sum())
+        if not keep.any():
+            return []
+        kept = b.filter(pa.array(keep))
+        spans = self._encoder.kernel_spans(kept)
+        kernels = kept.num_rows
         self.stats.inc(SPANS_EXPORTED, kernels, kind="kernel")
         self.stats.inc(SPANS_EXPORTED, len(spans) - kernels, kind="launch")  # a launch goes with its kernel
-        return spans
+        if self.link_mode != "children":
+            return spans
+        out = []
+        for span in spans:  # held whole: the trace may still move under an application span
+            t = self._open.get(span[2:18])
+            if t is not None:
+                t.held.append(span)
+            else:
+                out.append(span)
+        return out
 
     def _window_context(self, b: pa.RecordBatch, orphan: pa.Array, source: str, now: float) -> pa.RecordBatch:
         runs = pc.fill_null(b.column("run_id"), source).to_pylist()
@@ -272,10 +348,68 @@ class TraceAssembler:
         arrays[idx["parent_span_id"]] = pa.array(parent_col, pa.string())
         return pa.RecordBatch.from_arrays(arrays, schema=b.schema)
 
+    # -- application spans --------------------------------------------------------------------------
+
+    def add_application(self, request: Any, spans: list[AppSpan], count: int) -> list[AppRequest]:
+        """Hold an application request for linking; return requests pushed out by the bound (send them)."""
+        self._apps.append(AppRequest(request, spans, self._clock() + self.link_window_s, count))
+        for app in spans:
+            for trace in self._open.values():
+                if trace.root is not None and trace.pid == app.pid:
+                    self._link(app, trace)
+        out = []
+        while len(self._apps) > self.max_app_requests:
+            out.append(self._release(self._apps.popleft()))
+        return out
+
+    @staticmethod
+    def _starts_inside(app: AppSpan, start_ns: int) -> bool:
+        return app.start_ns <= start_ns <= app.end_ns
+
+    def _link(self, app: AppSpan, trace: _Trace) -> None:
+        root = trace.root
+        if root is None or not self._starts_inside(app, root.start_ns) or root.span_id in app.linked:
+            return
+        app.linked.add(root.span_id)
+        if self.link_mode == "children":
+            if trace.parent is None:
+                trace.parent = (app.trace_id, app.span_id)
+                self.stats.inc(SPAN_LINKS, 1, direction="parent")
+            return
+        if len(app.span.links) < MAX_LINKS_PER_SPAN:
+            link = app.span.links.add()
+            link.trace_id, link.span_id = root.trace_id, root.span_id
+            self.stats.inc(SPAN_LINKS, 1, direction="to_iteration")
+        if len(root.links) < MAX_LINKS_PER_SPAN:
+            root.links.append((app.trace_id, app.span_id, {"aaco.link": "application"}))
+            self.stats.inc(SPAN_LINKS, 1, direction="to_application")
+
+    def _release(self, req: AppRequest) -> AppRequest:
+        """Final forward links to iterations already sent, before the request goes upstream."""
+        for app in req.spans:
+            for start, _end, tid, sid in self._iterations.get(app.pid, ()):
+                if sid in app.linked or not self._starts_inside(app, start):
+                    continue
+                if self.link_mode == "children" or len(app.span.links) >= MAX_LINKS_PER_SPAN:
+                    continue
+                link = app.span.links.add()
+                link.trace_id, link.span_id = tid, sid
+                app.linked.add(sid)
+                self.stats.inc(SPAN_LINKS, 1, direction="to_iteration")
+        return req
+
+    def due_applications(self, now: float | None = None, everything: bool = False) -> list[AppRequest]:
+        """Application requests whose hold ended (or all of them), linked and ready to forward."""
+        now = self._clock() if now is None else now
+        out = []
+        while self._apps and (everything or self._apps[0].deadline <= now):
+            out.append(self._release(self._apps.popleft()))
+        return out
+
     # -- closing ------------------------------------------------------------------------------------
 
     def expire(self, now: float | None = None) -> list[bytes]:
-        """Close traces whose window passed (and the oldest beyond the cap); return their root spans."""
+        """Close traces whose window passed (and the oldest beyond the cap); return their spans."""
         now = self._clock() if now is None else now
         out: list[bytes] = []
         for tid in [k for k, t in self._open.items() if t.deadline <= now]:
@@ -296,9 +430,13 @@ class TraceAssembler:
         self._closed[tid] = (t.exported, t.total)
         while len(self._closed) > 4 * self.max_open:
             self._closed.popitem(last=False)
-        if t.root is None:  # kernels of an iteration never seen (its span went out before): nothing to send
-            return []
+        if t.root is None:  # kernels of an iteration never seen (its span went out before): only those
+            return t.held
         root = t.root
+        for req in self._apps:  # application spans that arrived before this iteration was known
+            for app in req.spans:
+                if app.pid == t.pid:
+                    self._link(app, t)
         top = sorted(t.fam_busy.items(), key=lambda kv: -kv[1])[:5]
         root.attributes.update(
             {
@@ -318,5 +456,11 @@ class TraceAssembler:
             root.attributes["aaco.offcpu.ns"] = sum(min(e, root.end_ns) - max(s, root.start_ns) for s, e, _ in hits)
             for s, e, thread in sorted(hits)[:MAX_EVENTS_PER_ROOT]:
                 root.events.append(SpanEvent(s, "off-cpu", {"thread.id": thread, "aaco.offcpu.duration_ns": e - s}))
+        held = t.held
+        if t.parent is not None:  # link_mode children: the trace moves under the application span
+            new_trace, parent_span = t.parent
+            root.attributes["aaco.trace.original_id"] = root.trace_id.hex()
+            root.trace_id, root.parent_span_id = new_trace, parent_span
+            held = [retrace(s, new_trace) for s in held]
         self.stats.inc(SPANS_EXPORTED, 1, kind="root")
-        return [root.encode()]
+        return [root.encode(), *held]

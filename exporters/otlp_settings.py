@@ -100,7 +100,7 @@ def parse_headers(text: str) -> dict[str, str]:
 
 def resolve(
     cfg: OtlpConfig,
-    signal: Literal["traces", "metrics"],
+    signal: Literal["traces", "metrics", "logs"],
     env: Mapping[str, str] | None = None,
     subject: str = "exporters.otlp",
 ) -> OtlpTarget | None:

@@ -1,50 +1,36 @@
 """OTLP trace export: iterations and their kernels as spans, over gRPC or HTTP, bounded and retried.
 
 ``export`` hands a batch to the trace assembler (``otlp_assembly``: roots, kernel spans, span
-budget), packs the spans ready into requests of at most ``max_spans_per_request`` and queues them;
-a sender thread ships them. The queue is bounded in spans: when full, the
-oldest requests are dropped and counted (``aaco_events_dropped_total{component="exporter:otlp",
-reason="queue_full"}``), so an upstream outage costs data at the old end, never memory. Failed
-sends are retried with exponential backoff and jitter (the server's RetryInfo / Retry-After wins)
-for up to ``retry_max_elapsed_s``; a permanent error drops the request, counted. ``shutdown``
-flushes within its deadline and counts what is left as dropped (reason ``shutdown``).
+budget), packs the spans ready into requests of at most ``max_spans_per_request`` and queues them
+on an ``OtlpSender`` (bounded, drops oldest with counters, retries with backoff, flushes within the
+shutdown deadline). Spans that applications send to the node's OTLP receiver are forwarded through
+the same queue (``forward``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import random
 import threading
-import time
 import urllib.parse
-from collections import deque
 from collections.abc import Mapping
+from typing import Any
 
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from aaco.agent import __version__
 from aaco.agent.pipeline.schemas import EventBatch
-from aaco.agent.pipeline.stats import (
-    EVENTS_DROPPED,
-    EVENTS_EMITTED,
-    EVENTS_RECEIVED,
-    EXPORT_ERRORS,
-    QUEUE_CAPACITY,
-    QUEUE_DEPTH,
-    Stats,
-)
+from aaco.agent.pipeline.stats import EVENTS_DROPPED, EVENTS_RECEIVED, Stats
 
 from . import otlp_wire as w
 from .base import Exporter, ExportResult
-from .otlp_assembly import TraceAssembler
+from .otlp_assembly import AppRequest, TraceAssembler
+from .otlp_sender import OtlpSender
 from .otlp_settings import OtlpConfig, OtlpTarget, resolve
-from .otlp_transport import Transport, make_transport
+from .otlp_transport import Transport
 
 log = logging.getLogger("aaco.exporters.otlp")
 COMPONENT = "exporter:otlp"
-BACKOFF_INITIAL_S = 0.5
-BACKOFF_MAX_S = 16.0
 
 
 def resource_attributes(node: str, env: Mapping[str, str] | None = None) -> dict[str, object]:
@@ -86,182 +72,122 @@ class OtlpTraceExporter(Exporter):
         node: str,
         env: Mapping[str, str] | None = None,
         transport: Transport | None = None,
+        link_window_s: float = 5.0,
+        link_mode: str = "links",
     ) -> None:
         self.config = config
         self.stats = stats
         self.node = node
         self.target: OtlpTarget | None = resolve(config, "traces", env)
-        self._resource = w.resource(resource_attributes(node, env))
+        self.resource_attributes = resource_attributes(node, env)
+        self._resource = w.resource(self.resource_attributes)
         self._scope = w.scope("aaco", __version__)
-        self._assembler = TraceAssembler(
-            node, stats, config.max_kernel_spans_per_trace, config.max_spans_per_second, config.trace_window_s
+        self.assembler = TraceAssembler(
+            node,
+            stats,
+            config.max_kernel_spans_per_trace,
+            config.max_spans_per_second,
+            config.trace_window_s,
+            link_window_s=link_window_s,
+            link_mode=link_mode,
         )
         self._assembly_lock = threading.Lock()
-        self._transport = transport
-        self._queue: deque[tuple[bytes, int]] = deque()
-        self._queued = 0
-        self._in_flight = 0
-        self._cond = threading.Condition()
-        self._closing = False
-        self._abort = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._outage_logged = False
-        self.delivered = 0
-        stats.set(QUEUE_CAPACITY, config.queue_max_spans, queue="otlp")
+        self.sender = (
+            OtlpSender(
+                self.target,
+                stats,
+                COMPONENT,
+                config.queue_max_spans,
+                config.retry_max_elapsed_s,
+                rejected_spans,
+                transport,
+            )
+            if self.target is not None
+            else None
+        )
 
     def start(self) -> None:
         """Open the connection and start the sender."""
-        if self.target is None:
+        if self.sender is None:
             return
-        if self._transport is None:
-            self._transport = make_transport(self.target)
-        self._thread = threading.Thread(target=self._run, name="aaco-otlp-traces", daemon=True)
-        self._thread.start()
-        log.info("OTLP traces to %s (%s)", self.target.url, self.target.protocol)
-
-    # -- producer side ------------------------------------------------------------------------------
+        self.sender.start()
+        log.info("OTLP traces to %s (%s)", self.sender.target.url, self.sender.target.protocol)
 
     def export(self, batch: EventBatch) -> ExportResult:
         """Assemble the batch's spans and queue those ready to go."""
-        if self.target is None or batch.kind not in ("iterations", "kernels", "sched") or batch.rows == 0:
+        if self.sender is None or batch.kind not in ("iterations", "kernels", "sched") or batch.rows == 0:
             return ExportResult.SUCCESS
-        if self._closing:
+        if self.sender.closing:
             self.stats.inc(EVENTS_DROPPED, batch.rows, component=COMPONENT, reason="shutdown")
             return ExportResult.FAILURE
         if batch.kind != "sched":
             self.stats.inc(EVENTS_RECEIVED, batch.rows, component=COMPONENT)
         with self._assembly_lock:
-            spans = self._assembler.add(batch)
+            spans = self.assembler.add(batch)
         self._send_spans(spans)
         return ExportResult.SUCCESS
 
     def tick(self) -> None:
         """Send the roots of traces whose window passed (called by the pipeline when idle)."""
-        if self.target is None:
+        if self.sender is None:
             return
         with self._assembly_lock:
-            spans = self._assembler.expire()
+            spans = self.assembler.expire()
+            due = self.assembler.due_applications()
         self._send_spans(spans)
+        self._forward(due)
 
     def _send_spans(self, spans: list[bytes]) -> None:
+        assert self.sender is not None
         step = self.config.max_spans_per_request
         for i in range(0, len(spans), step):
             chunk = spans[i : i + step]
-            self._enqueue(w.export_trace_request(self._resource, self._scope, chunk), len(chunk))
+            self.sender.enqueue(w.export_trace_request(self._resource, self._scope, chunk), len(chunk))
 
-    def _enqueue(self, payload: bytes, n: int) -> None:
-        with self._cond:
-            while self._queue and self._queued + n > self.config.queue_max_spans:
-                _, old = self._queue.popleft()
-                self._queued -= old
-                self.stats.inc(EVENTS_DROPPED, old, component=COMPONENT, reason="queue_full")
-            self._queue.append((payload, n))
-            self._queued += n
-            self.stats.set(QUEUE_DEPTH, self._queued, queue="otlp")
-            self._cond.notify_all()
+    def receive_application(self, request: Any, spans: int) -> None:
+        """Spans an application sent to the node's receiver: held for linking, then forwarded upstream."""
+        if self.sender is None:
+            return
+        from aaco.agent.receivers.otlp import application_spans
 
-    # -- sender side --------------------------------------------------------------------------------
+        with self._assembly_lock:
+            pushed = self.assembler.add_application(request, application_spans(request), spans)
+        self._forward(pushed)
 
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue and not self._closing:
-                    self._cond.wait(0.5)
-                if not self._queue:
-                    return
-                payload, n = self._queue.popleft()
-                self._queued -= n
-                self._in_flight = n
-                self.stats.set(QUEUE_DEPTH, self._queued, queue="otlp")
-            try:
-                self._deliver(payload, n)
-            finally:
-                with self._cond:
-                    self._in_flight = 0
-                    self._cond.notify_all()
-
-    def _deliver(self, payload: bytes, n: int) -> None:
-        assert self._transport is not None and self.target is not None
-        started = time.monotonic()
-        attempt = 0
-        while True:
-            if self._abort.is_set():
-                self.stats.inc(EVENTS_DROPPED, n, component=COMPONENT, reason="shutdown")
-                return
-            result = self._transport.send(payload, self.target.timeout_s)
-            if result.ok:
-                rejected = self._rejected(result.response)
-                if rejected:
-                    self.stats.inc(EVENTS_DROPPED, rejected, component=COMPONENT, reason="rejected")
-                self.stats.inc(EVENTS_EMITTED, n - rejected, component=COMPONENT)
-                self.delivered += n - rejected
-                if self._outage_logged:
-                    log.info("OTLP endpoint %s reachable again", self.target.url)
-                    self._outage_logged = False
-                return
-            self.stats.inc(EXPORT_ERRORS, 1, exporter="otlp")
-            if not self._outage_logged:
-                log.warning(
-                    "OTLP export to %s failed: %s%s",
-                    self.target.url,
-                    result.error,
-                    "; retrying" if result.retryable else "",
-                )
-                self._outage_logged = True
-            if not result.retryable:
-                self.stats.inc(EVENTS_DROPPED, n, component=COMPONENT, reason="rejected")
-                return
-            delay = result.retry_after_s
-            if delay is None:
-                delay = min(BACKOFF_MAX_S, BACKOFF_INITIAL_S * 2**attempt) * random.uniform(0.8, 1.2)
-            attempt += 1
-            if time.monotonic() + delay - started > self.config.retry_max_elapsed_s:
-                self.stats.inc(EVENTS_DROPPED, n, component=COMPONENT, reason="retries_exhausted")
-                return
-            self._abort.wait(delay)
-
-    @staticmethod
-    def _rejected(response: bytes) -> int:
-        if not response:
-            return 0
-        try:
-            resp = trace_service_pb2.ExportTraceServiceResponse.FromString(response)
-        except Exception:  # a proxy's non-OTLP body: the request itself was accepted
-            return 0
-        return int(resp.partial_success.rejected_spans)
-
-    # -- lifecycle ----------------------------------------------------------------------------------
+    def _forward(self, requests: list[AppRequest]) -> None:
+        assert self.sender is not None
+        for req in requests:
+            self.sender.enqueue(req.request.SerializeToString(), req.count)
 
     def force_flush(self, timeout_s: float = 10.0) -> bool:
-        """Close every open trace and wait until everything queued was sent (or given up), up to ``timeout_s``."""
-        if self._thread is None:
+        """Close every open trace and wait until everything queued was sent (or given up)."""
+        if self.sender is None:
             return True
         with self._assembly_lock:
-            spans = self._assembler.close_all()
+            spans = self.assembler.close_all()
+            due = self.assembler.due_applications(everything=True)
         self._send_spans(spans)
-        deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while (self._queue or self._in_flight) and time.monotonic() < deadline:
-                self._cond.wait(min(0.1, max(0.0, deadline - time.monotonic())))
-            return not self._queue and not self._in_flight
+        self._forward(due)
+        return self.sender.flush(timeout_s)
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         """Flush within ``timeout_s``, then drop (counted) what is left; idempotent, safe before start."""
-        with self._cond:
-            if self._closing:
-                return
-        deadline = time.monotonic() + timeout_s
-        self.force_flush(max(0.0, deadline - time.monotonic()))
-        with self._cond:
-            self._closing = True
-            self._cond.notify_all()
-        self._abort.set()
-        if self._thread is not None:
-            self._thread.join(max(0.1, deadline - time.monotonic()))
-        with self._cond:
-            if self._queued:
-                self.stats.inc(EVENTS_DROPPED, self._queued, component=COMPONENT, reason="shutdown")
-            self._queue.clear()
-            self._queued = 0
-        if self._transport is not None:
-            self._transport.close()
+        if self.sender is None:
+            return
+        if not self.sender.closing:
+            with self._assembly_lock:
+                spans = self.assembler.close_all()
+                due = self.assembler.due_applications(everything=True)
+            self._send_spans(spans)
+            self._forward(due)
+        self.sender.shutdown(timeout_s)
+
+
+def rejected_spans(response: bytes) -> int:
+    """``partial_success.rejected_spans`` of an ExportTraceServiceResponse (0 for an empty or foreign body)."""
+    if not response:
+        return 0
+    try:
+        return int(trace_service_pb2.ExportTraceServiceResponse.FromString(response).partial_success.rejected_spans)
+    except Exception:  # a proxy's non-OTLP body: the request itself was accepted
+        return 0

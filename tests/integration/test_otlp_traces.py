@@ -190,7 +190,7 @@ def test_upstream_down_then_back(tmp_path, samples):
     svc.start()
     time.sleep(30)
     otlp = next(e for e in svc.exporters if e.name == "otlp")
-    assert otlp._queued <= 100  # bounded while the upstream is away
+    assert otlp.sender.queued <= 100  # bounded while the upstream is away
     with GrpcReceiver(port=port) as rx:
         deadline = time.monotonic() + 60
         while not svc.sources_done() and time.monotonic() < deadline:

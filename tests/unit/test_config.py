@@ -8,6 +8,7 @@ import pytest
 
 from aaco.agent.config import AgentConfig, load_config, source_names
 from aaco.agent.errors import ConfigError
+from aaco.agent.sources import REGISTRY
 from aaco.agent.sources.ort import OrtSourceConfig
 from aaco.agent.sources.replay import ReplaySourceConfig
 
@@ -129,12 +130,12 @@ def test_unknown_key_in_a_source_lists_that_source_type_keys():
 
 def test_unknown_source_type():
     probs = problems(overrides={"sources": [{"type": "ort"}, {"type": "rocprofv9"}]})
-    assert probs == ["sources[1].type: unknown source type 'rocprofv9' (known: ort, replay)"]
+    assert probs == [f"sources[1].type: unknown source type 'rocprofv9' (known: {', '.join(REGISTRY)})"]
 
 
 def test_missing_source_type():
     probs = problems(overrides={"sources": [{"paths": ["x"]}]})
-    assert probs == ["sources[0]: missing 'type' (one of: ort, replay)"]
+    assert probs == [f"sources[0]: missing 'type' (one of: {', '.join(REGISTRY)})"]
 
 
 def test_source_not_a_mapping():

@@ -1,0 +1,189 @@
+"""The node's OTLP receiver: a plain OpenTelemetry SDK client, linking to GPU iterations, bad requests."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import time
+import urllib.error
+import urllib.request
+
+import grpc
+import pytest
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+from aaco.agent.config import load_config
+from aaco.agent.errors import ConfigError
+from aaco.agent.receivers.otlp import RECEIVER_REQUESTS
+from aaco.agent.service import AgentService
+from tests.conftest import get_free_port
+from tests.support.otlp_receivers import GrpcReceiver
+
+pytestmark = pytest.mark.integration
+
+
+def agent(tmp_path, upstream_port, sources, **rx):
+    cfg = load_config(
+        None,
+        {
+            "node": "gpu-node-1",
+            "sources": sources,
+            "exporters": {
+                "prometheus": {"enabled": False},
+                "lake": {"path": str(tmp_path / "lake")},
+                "otlp": {"endpoint": f"http://127.0.0.1:{upstream_port}", "trace_window_s": 0.5},
+            },
+            "receivers": {"otlp": {"enabled": True, "grpc_port": 0, "http_port": 0, "link_window_s": 2.0, **rx}},
+        },
+        env={},
+    )
+    return AgentService(cfg)
+
+
+def sdk_tracer(exporter):
+    provider = TracerProvider(resource=Resource.create({"service.name": "inference-api", "process.pid": os.getpid()}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider
+
+
+def check_links(spans):
+    request = [s for r, s in spans if s.name == "POST /v1/infer"]
+    iterations = [s for r, s in spans if s.name == "model_run"]
+    assert len(request) == 1 and len(iterations) == 5
+    (req,) = request
+    linked = {(lk.trace_id, lk.span_id) for lk in req.links}
+    assert linked == {(it.trace_id, it.span_id) for it in iterations}  # request -> every iteration of its window
+    for it in iterations:  # and they link back
+        assert (req.trace_id, req.span_id) in {(lk.trace_id, lk.span_id) for lk in it.links}
+    res = next(r for r, s in spans if s.name == "POST /v1/infer")
+    keys = {kv.key: kv.value.string_value for kv in res.attributes}
+    assert keys["service.name"] == "inference-api"  # the application's own resource, forwarded
+    assert keys["host.name"] == "gpu-node-1"  # plus the node's
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_sdk_request_spans_link_to_the_iterations_they_contain(tmp_path, protocol):
+    """`aaco run`'s workload executes in this process inside an application request span."""
+    grpc_port, http_port = get_free_port(), get_free_port()
+    exporter = (
+        GrpcSpanExporter(endpoint=f"127.0.0.1:{grpc_port}", insecure=True)
+        if protocol == "grpc"
+        else HttpSpanExporter(endpoint=f"http://127.0.0.1:{http_port}/v1/traces")
+    )
+    provider = sdk_tracer(exporter)
+    with GrpcReceiver() as upstream:
+        svc = agent(
+            tmp_path,
+            upstream.port,
+            [{"type": "ort", "iterations": 5, "warmup": 1, "cycles": 1}],
+            grpc_port=grpc_port,
+            http_port=http_port,
+        )
+        with provider.get_tracer("test").start_as_current_span("POST /v1/infer"):
+            svc.start()
+            deadline = time.monotonic() + 120
+            while not svc.sources_done() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        provider.force_flush()
+        svc.shutdown(timeout_s=20)
+        provider.shutdown()
+        check_links(upstream.got.spans())
+
+
+def test_bad_requests_get_the_right_status_and_are_counted(tmp_path):
+    with GrpcReceiver() as upstream:
+        svc = agent(tmp_path, upstream.port, [], max_message_bytes=10_000)
+        svc.start()
+        try:
+            rx = svc.receiver
+            base = f"http://127.0.0.1:{rx.http_port}"
+
+            def post(path, body, ctype="application/x-protobuf", enc=None):
+                headers = {"Content-Type": ctype}
+                if enc:
+                    headers["Content-Encoding"] = enc
+                req = urllib.request.Request(base + path, data=body, headers=headers, method="POST")
+                try:
+                    with urllib.request.urlopen(req, timeout=5) as r:
+                        return r.status
+                except urllib.error.HTTPError as e:
+                    return e.code
+
+            assert post("/v1/traces", b"\xff\xff\xff not protobuf") == 400
+            assert post("/v1/traces", b"{}", ctype="application/json") == 415
+            assert post("/v1/traces", b"x" * 20_000) == 413
+            assert post("/v1/traces", gzip.compress(b"\x00" * 50_000), enc="gzip") == 413  # a small zip bomb
+            assert post("/v1/nope", b"") == 404
+            assert post("/v1/traces", b"") == 200  # an empty request is valid protobuf
+            channel = grpc.insecure_channel(f"127.0.0.1:{rx.grpc_port}")
+            call = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
+            with pytest.raises(grpc.RpcError) as err:
+                call(b"\xff\xff\xff not protobuf", timeout=5)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            channel.close()
+            st = svc.stats
+            assert st.get(RECEIVER_REQUESTS, protocol="http", signal="traces", outcome="malformed") == 1
+            assert st.get(RECEIVER_REQUESTS, protocol="http", signal="traces", outcome="unsupported") == 1
+            assert st.get(RECEIVER_REQUESTS, protocol="http", signal="traces", outcome="too_large") == 2
+            assert st.get(RECEIVER_REQUESTS, protocol="grpc", signal="traces", outcome="malformed") == 1
+        finally:
+            svc.shutdown(timeout_s=10)
+
+
+def test_rate_limit_per_connection(tmp_path):
+    with GrpcReceiver() as upstream:
+        svc = agent(tmp_path, upstream.port, [], rate_limit_rps=2)
+        svc.start()
+        try:
+            channel = grpc.insecure_channel(f"127.0.0.1:{svc.receiver.grpc_port}")
+            call = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
+            codes = []
+            for _ in range(6):
+                try:
+                    call(b"", timeout=5)
+                    codes.append("ok")
+                except grpc.RpcError as e:
+                    codes.append(e.code().name)
+            channel.close()
+            assert codes[:2] == ["ok", "ok"] and "RESOURCE_EXHAUSTED" in codes
+        finally:
+            svc.shutdown(timeout_s=10)
+
+
+def test_receiver_needs_an_upstream(tmp_path):
+    with pytest.raises(ConfigError, match="needs an upstream"):
+        load_config(None, {"receivers": {"otlp": {"enabled": True}}}, env={})
+
+
+def test_children_mode_moves_iterations_under_the_request(tmp_path):
+    grpc_port = get_free_port()
+    provider = sdk_tracer(GrpcSpanExporter(endpoint=f"127.0.0.1:{grpc_port}", insecure=True))
+    with GrpcReceiver() as upstream:
+        svc = agent(
+            tmp_path,
+            upstream.port,
+            [{"type": "ort", "iterations": 3, "warmup": 1, "cycles": 1}],
+            grpc_port=grpc_port,
+            http_port=get_free_port(),
+            link_mode="children",
+        )
+        with provider.get_tracer("test").start_as_current_span("POST /v1/infer"):
+            svc.start()
+            deadline = time.monotonic() + 120
+            while not svc.sources_done() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        provider.force_flush()
+        svc.shutdown(timeout_s=20)
+        provider.shutdown()
+        spans = [s for _, s in upstream.got.spans()]
+    (req,) = [s for s in spans if s.name == "POST /v1/infer"]
+    iterations = [s for s in spans if s.name == "model_run"]
+    assert len(iterations) == 3
+    assert all(it.trace_id == req.trace_id and it.parent_span_id == req.span_id for it in iterations)
+    kernels = [s for s in spans if s.parent_span_id in {it.span_id for it in iterations}]
+    assert kernels and all(k.trace_id == req.trace_id for k in kernels)  # the whole trace moved
+    assert len({s.trace_id for s in spans}) == 1

@@ -34,6 +34,7 @@ from aaco.analyzers.sched import SchedAnalyzer
 from aaco.analyzers.telemetry import TelemetryAnalyzer
 from aaco.exporters.base import Exporter
 from aaco.exporters.lake import LakeExporter
+from aaco.exporters.otlp_metrics import OtlpMetricsExporter
 from aaco.exporters.otlp_sender import OtlpSender
 from aaco.exporters.otlp_settings import resolve as resolve_otlp
 from aaco.exporters.otlp_traces import OtlpTraceExporter, rejected_spans
@@ -135,6 +136,8 @@ class AgentService:
                     ex.otlp, self.stats, config.node, link_window_s=rx.link_window_s, link_mode=rx.link_mode
                 )
             )
+        if resolve_otlp(ex.otlp, "metrics") is not None:
+            out.append(OtlpMetricsExporter(ex.otlp, self.stats, config.node, interval_s=ex.otlp.metrics_interval_s))
         return out + self._extra
 
     @staticmethod

@@ -48,6 +48,7 @@ class OtlpConfig(StrictModel):
     tls: TlsConfig = Field(default_factory=TlsConfig, description="TLS settings.")
     queue_max_spans: PositiveInt = Field(200_000, description="Bound of the export queue; oldest dropped first.")
     max_spans_per_request: PositiveInt = Field(8192, description="Spans per export request.")
+    metrics_interval_s: PositiveFloat = Field(10.0, description="How often metrics are exported over OTLP.")
     retry_max_elapsed_s: PositiveFloat = Field(120.0, description="Give up on a request after retrying this long.")
     max_kernel_spans_per_trace: PositiveInt = Field(
         2000, description="Kernel spans per trace; beyond it kernels are summarised on the iteration span."

@@ -1,0 +1,322 @@
+"""rocpd (SQLite, rocprofv3's default output in ROCm 7): databases built here from the published schema.
+
+The DDL below follows rocprofiler-sdk ``source/share/rocprofiler-sdk-rocpd/rocpd_tables.sql`` (the
+tables, suffixed with the run's uuid; the columns this reader and its joins use, with the published
+names and types) and ``rocpd_views.sql`` (an un-suffixed view over each table). Two generations:
+``direct`` (ROCm 7.0: start/end and pid/tid/agent ids on the rows) and ``tracked`` (rows point to
+``rocpd_track`` and ``rocpd_timestamp``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import sqlite3
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from aaco.agent.pipeline.clock import ClockOffset
+from aaco.agent.pipeline.schemas import conform
+from aaco.agent.sources import rocpd
+from aaco.agent.sources.formats import identify
+from aaco.agent.sources.parsers import context_for, parse_any
+
+CLOCK = ClockOffset(1_700_000_000_000_000_000, 10, "test")
+UUID = "_0123abcd"
+GUID = "00000000-0000-0000-0000-000000000001"
+
+COMMON = """
+CREATE TABLE rocpd_metadata{u} (id INTEGER PRIMARY KEY AUTOINCREMENT, tag TEXT NOT NULL, value TEXT NOT NULL);
+CREATE TABLE rocpd_string{u} (id INTEGER PRIMARY KEY AUTOINCREMENT, guid TEXT NOT NULL, string TEXT NOT NULL UNIQUE);
+CREATE TABLE rocpd_info_node{u} (id INTEGER PRIMARY KEY AUTOINCREMENT, guid TEXT NOT NULL, hash BIGINT NOT NULL,
+    machine_id TEXT NOT NULL, system_name TEXT, hostname TEXT, release TEXT, version TEXT, hardware_name TEXT,
+    domain_name TEXT);
+CREATE TABLE rocpd_info_process{u} (id INTEGER PRIMARY KEY AUTOINCREMENT, guid TEXT NOT NULL, nid INTEGER NOT NULL,
+    ppid INTEGER, pid INTEGER NOT NULL, init BIGINT, fini BIGINT, start BIGINT, "end" BIGINT, command TEXT,
+    environment JSONB DEFAULT '{{}}' NOT NULL, extdata JSONB DEFAULT '{{}}' NOT NULL);
+CREATE TABLE rocpd_info_thread{u} (id INTEGER PRIMARY KEY AUTOINCREMENT, guid TEXT NOT NULL, nid INTEGER NOT NULL,
+    ppid INTEGER, pid INTEGER NOT NULL, tid INTEGER NOT NULL, name TEXT, start BIGINT, "end" BIGINT,
+    extdata JSONB DEFAULT '{{}}' NOT NULL);
+CREATE TABLE rocpd_info_agent{u} (id INTEGER PRIMARY KEY AUTOINCREMENT, guid TEXT NOT NULL, nid INTEGER NOT NULL,
+    pid INTEGER NOT NULL, type TEXT CHECK (type IN ('CPU', 'GPU')), absolute_index INTEGER, logical_index INTEGER,
+    type_index INTEGER, uuid INTEGER, name TEXT, model_name TEXT, vendor_name TEXT, product_name TEXT,
+    user_name TEXT, extdata JSONB DEFAULT '{{}}' NOT NULL);
+CREATE TABLE rocpd_info_queue{u} (id INTEGER PRIMARY KEY AUTOINCREMENT, guid TEXT NOT NULL, nid INTEGER NOT NULL,
+    pid INTEGER NOT NULL, name TEXT, extdata JSONB DEFAULT '{{}}' NOT NULL);
+CREATE TABLE rocpd_info_stream{u} (id INTEGER PRIMARY KEY AUTOINCREMENT, guid TEXT NOT NULL, nid INTEGER NOT NULL,
+    pid INTEGER NOT NULL, name TEXT, extdata JSONB DEFAULT '{{}}' NOT NULL);
+CREATE TABLE rocpd_info_kernel_symbol{u} (id INTEGER PRIMARY KEY AUTOINCREMENT, guid TEXT NOT NULL,
+    nid INTEGER NOT NULL, pid INTEGER NOT NULL, code_object_id INTEGER NOT NULL, kernel_name TEXT,
+    display_name TEXT, kernel_object INTEGER, kernarg_segment_size INTEGER, kernarg_segment_alignment INTEGER,
+    group_segment_size INTEGER, private_segment_size INTEGER, sgpr_count INTEGER, arch_vgpr_count INTEGER,
+    accum_vgpr_count INTEGER, extdata JSONB DEFAULT '{{}}' NOT NULL);
+CREATE TABLE rocpd_event{u} (id INTEGER PRIMARY KEY AUTOINCREMENT, guid TEXT NOT NULL, category_id INTEGER,
+    stack_id INTEGER, parent_stack_id INTEGER, correlation_id INTEGER, call_stack JSONB DEFAULT '{{}}' NOT NULL,
+    line_info JSONB DEFAULT '{{}}' NOT NULL, extdata JSONB DEFAULT '{{}}' NOT NULL);
+"""
+DIRECT = """
+CREATE TABLE rocpd_track{u} (id INTEGER PRIMARY KEY AUTOINCREMENT, guid TEXT NOT NULL, nid INTEGER NOT NULL,
+    pid INTEGER, tid INTEGER, name_id INTEGER, extdata JSONB DEFAULT '{{}}' NOT NULL);
+CREATE TABLE rocpd_region{u} (id INTEGER PRIMARY KEY AUTOINCREMENT, guid TEXT NOT NULL, nid INTEGER NOT NULL,
+    pid INTEGER NOT NULL, tid INTEGER NOT NULL, start BIGINT NOT NULL, "end" BIGINT NOT NULL,
+    name_id INTEGER NOT NULL, event_id INTEGER, extdata JSONB DEFAULT '{{}}' NOT NULL);
+CREATE TABLE rocpd_kernel_dispatch{u} (id INTEGER PRIMARY KEY AUTOINCREMENT, guid TEXT NOT NULL,
+    nid INTEGER NOT NULL, pid INTEGER NOT NULL, tid INTEGER, agent_id INTEGER NOT NULL, kernel_id INTEGER NOT NULL,
+    dispatch_id INTEGER NOT NULL, queue_id INTEGER NOT NULL, stream_id INTEGER NOT NULL, start BIGINT NOT NULL,
+    "end" BIGINT NOT NULL, private_segment_size INTEGER, group_segment_size INTEGER,
+    workgroup_size_x INTEGER NOT NULL, workgroup_size_y INTEGER NOT NULL, workgroup_size_z INTEGER NOT NULL,
+    grid_size_x INTEGER NOT NULL, grid_size_y INTEGER NOT NULL, grid_size_z INTEGER NOT NULL,
+    region_name_id INTEGER, event_id INTEGER, extdata JSONB DEFAULT '{{}}' NOT NULL);
+CREATE TABLE rocpd_memory_copy{u} (id INTEGER PRIMARY KEY AUTOINCREMENT, guid TEXT NOT NULL, nid INTEGER NOT NULL,
+    pid INTEGER NOT NULL, tid INTEGER, start BIGINT NOT NULL, "end" BIGINT NOT NULL, name_id INTEGER NOT NULL,
+    dst_agent_id INTEGER, dst_address INTEGER, src_agent_id INTEGER, src_address INTEGER, size INTEGER NOT NULL,
+    queue_id INTEGER, stream_id INTEGER, region_name_id INTEGER, event_id INTEGER,
+    extdata JSONB DEFAULT '{{}}' NOT NULL);
+"""
+TRACKED = """
+CREATE TABLE rocpd_track{u} (id INTEGER PRIMARY KEY AUTOINCREMENT, guid TEXT NOT NULL, nid INTEGER NOT NULL,
+    ppid INTEGER, pid INTEGER, tid INTEGER, agent_id INTEGER, queue_id INTEGER, stream_id INTEGER, name_id INTEGER,
+    extdata JSONB DEFAULT '{{}}' NOT NULL);
+CREATE TABLE rocpd_timestamp{u} (id INTEGER PRIMARY KEY AUTOINCREMENT, guid TEXT NOT NULL, value BIGINT NOT NULL,
+    phase INTEGER, track_id INTEGER);
+CREATE TABLE rocpd_region{u} (id INTEGER PRIMARY KEY AUTOINCREMENT, guid TEXT NOT NULL, track_id INTEGER NOT NULL,
+    name_id INTEGER NOT NULL, start_id INTEGER NOT NULL, end_id INTEGER NOT NULL, event_id INTEGER,
+    extdata JSONB DEFAULT '{{}}' NOT NULL);
+CREATE TABLE rocpd_kernel_dispatch{u} (id INTEGER PRIMARY KEY AUTOINCREMENT, guid TEXT NOT NULL,
+    track_id INTEGER NOT NULL, kernel_id INTEGER NOT NULL, dispatch_id INTEGER NOT NULL, start_id INTEGER NOT NULL,
+    end_id INTEGER NOT NULL, private_segment_size INTEGER, group_segment_size INTEGER,
+    workgroup_size_x INTEGER NOT NULL, workgroup_size_y INTEGER NOT NULL, workgroup_size_z INTEGER NOT NULL,
+    grid_size_x INTEGER NOT NULL, grid_size_y INTEGER NOT NULL, grid_size_z INTEGER NOT NULL,
+    region_name_id INTEGER, event_id INTEGER, extdata JSONB DEFAULT '{{}}' NOT NULL);
+CREATE TABLE rocpd_memory_copy{u} (id INTEGER PRIMARY KEY AUTOINCREMENT, guid TEXT NOT NULL,
+    track_id INTEGER NOT NULL, start_id INTEGER NOT NULL, end_id INTEGER NOT NULL, name_id INTEGER NOT NULL,
+    dst_agent_id INTEGER, dst_address INTEGER, src_agent_id INTEGER, src_address INTEGER, size INTEGER NOT NULL,
+    region_name_id INTEGER, event_id INTEGER, extdata JSONB DEFAULT '{{}}' NOT NULL);
+"""
+TABLES = [
+    "metadata",
+    "string",
+    "info_node",
+    "info_process",
+    "info_thread",
+    "info_agent",
+    "info_queue",
+    "info_stream",
+    "info_kernel_symbol",
+    "event",
+    "track",
+    "region",
+    "kernel_dispatch",
+    "memory_copy",
+]
+
+
+class Db:
+    """Writes a rocpd database of one process: agents, symbols, HIP launches, rocTX ranges, dispatches."""
+
+    def __init__(self, path: Path, tracked: bool) -> None:
+        self.con = sqlite3.connect(path)
+        self.tracked = tracked
+        self.con.executescript(COMMON.format(u=UUID) + (TRACKED if tracked else DIRECT).format(u=UUID))
+        tables = TABLES + (["timestamp"] if tracked else [])
+        for t in tables:
+            self.con.execute(f"CREATE VIEW rocpd_{t} AS SELECT * FROM rocpd_{t}{UUID}")
+        self.con.execute(f"INSERT INTO rocpd_metadata{UUID} (tag, value) VALUES ('schema_version', '3')")
+        self.con.execute(
+            f"INSERT INTO rocpd_info_node{UUID} (guid, hash, machine_id, hostname) VALUES (?, 1, 'm', 'host')", (GUID,)
+        )
+        self.con.execute(f"INSERT INTO rocpd_info_process{UUID} (guid, nid, pid) VALUES (?, 1, 4242)", (GUID,))
+        for tid in (4242, 4243):
+            self.con.execute(
+                f"INSERT INTO rocpd_info_thread{UUID} (guid, nid, pid, tid) VALUES (?, 1, 1, ?)", (GUID, tid)
+            )
+        agents = [("CPU", 0, 0, "AMD EPYC"), ("GPU", 1, 0, "gfx942"), ("GPU", 2, 1, "gfx942")]
+        for kind, absolute, type_index, name in agents:
+            self.con.execute(
+                f"INSERT INTO rocpd_info_agent{UUID} (guid, nid, pid, type, absolute_index, logical_index, "
+                "type_index, name, product_name) VALUES (?, 1, 1, ?, ?, ?, ?, ?, ?)",
+                (GUID, kind, absolute, absolute, type_index, name, "AMD Instinct MI300X" if kind == "GPU" else name),
+            )
+        self.con.execute(f"INSERT INTO rocpd_info_queue{UUID} (guid, nid, pid, name) VALUES (?, 1, 1, 'q0')", (GUID,))
+        self.con.execute(f"INSERT INTO rocpd_info_stream{UUID} (guid, nid, pid, name) VALUES (?, 1, 1, 's0')", (GUID,))
+        for k in range(1, 6):
+            self.con.execute(
+                f"INSERT INTO rocpd_info_kernel_symbol{UUID} (guid, nid, pid, code_object_id, kernel_name, "
+                "display_name) VALUES (?, 1, 1, 1, ?, ?)",
+                (GUID, f"_Z4gemm{k}v", f"gemm{k}()"),
+            )
+        self.strings: dict[str, int] = {}
+
+    def string(self, s: str) -> int:
+        if s not in self.strings:
+            cur = self.con.execute(f"INSERT INTO rocpd_string{UUID} (guid, string) VALUES (?, ?)", (GUID, s))
+            self.strings[s] = cur.lastrowid
+        return self.strings[s]
+
+    def event(self, category: str, corr: int, extdata: dict | None = None) -> int:
+        cur = self.con.execute(
+            f"INSERT INTO rocpd_event{UUID} (guid, category_id, correlation_id, extdata) VALUES (?, ?, ?, ?)",
+            (GUID, self.string(category), corr, json.dumps(extdata or {})),
+        )
+        return cur.lastrowid
+
+    def stamps(self, start: int, end: int) -> tuple[int, int]:
+        s = self.con.execute(f"INSERT INTO rocpd_timestamp{UUID} (guid, value, phase) VALUES (?, ?, 1)", (GUID, start))
+        e = self.con.execute(f"INSERT INTO rocpd_timestamp{UUID} (guid, value, phase) VALUES (?, ?, 2)", (GUID, end))
+        return s.lastrowid, e.lastrowid
+
+    def track(self, tid: int, agent: int | None = None) -> int:
+        cur = self.con.execute(
+            f"INSERT INTO rocpd_track{UUID} (guid, nid, pid, tid, agent_id, queue_id, stream_id) "
+            "VALUES (?, 1, 4242, ?, ?, 1, 1)",
+            (GUID, tid, agent),
+        )
+        return cur.lastrowid
+
+    def region(self, name: str, category: str, corr: int, start: int, end: int, tid_row: int, msg: str = "") -> None:
+        ev = self.event(category, corr, {"message": msg} if msg else None)
+        if self.tracked:
+            s, e = self.stamps(start, end)
+            self.con.execute(
+                f"INSERT INTO rocpd_region{UUID} (guid, track_id, name_id, start_id, end_id, event_id) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (GUID, self.track(4242 + tid_row - 1), self.string(name), s, e, ev),
+            )
+        else:
+            self.con.execute(
+                f'INSERT INTO rocpd_region{UUID} (guid, nid, pid, tid, start, "end", name_id, event_id) '
+                "VALUES (?, 1, 1, ?, ?, ?, ?, ?)",
+                (GUID, tid_row, start, end, self.string(name), ev),
+            )
+
+    def dispatch(self, corr: int, kernel: int, agent: int, start: int, end: int) -> None:
+        ev = self.event("KERNEL_DISPATCH", corr)
+        dims = (256, 1, 1, 65536, 1, 1)
+        if self.tracked:
+            s, e = self.stamps(start, end)
+            self.con.execute(
+                f"INSERT INTO rocpd_kernel_dispatch{UUID} (guid, track_id, kernel_id, dispatch_id, start_id, end_id, "
+                "workgroup_size_x, workgroup_size_y, workgroup_size_z, grid_size_x, grid_size_y, grid_size_z, "
+                "event_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (GUID, self.track(4243, agent), kernel, corr, s, e, *dims, ev),
+            )
+        else:
+            self.con.execute(
+                f"INSERT INTO rocpd_kernel_dispatch{UUID} (guid, nid, pid, tid, agent_id, kernel_id, dispatch_id, "
+                'queue_id, stream_id, start, "end", workgroup_size_x, workgroup_size_y, workgroup_size_z, '
+                "grid_size_x, grid_size_y, grid_size_z, event_id) VALUES (?, 1, 1, 2, ?, ?, ?, 1, 1, ?, ?, ?, ?, ?, "
+                "?, ?, ?, ?)",
+                (GUID, agent, kernel, corr, start, end, *dims, ev),
+            )
+
+    def copy(self, corr: int, name: str, src: int, dst: int, start: int, end: int, size: int) -> None:
+        ev = self.event("MEMORY_COPY", corr)
+        if self.tracked:
+            s, e = self.stamps(start, end)
+            self.con.execute(
+                f"INSERT INTO rocpd_memory_copy{UUID} (guid, track_id, start_id, end_id, name_id, dst_agent_id, "
+                "src_agent_id, size, event_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (GUID, self.track(4243), s, e, self.string(name), dst, src, size, ev),
+            )
+        else:
+            self.con.execute(
+                f'INSERT INTO rocpd_memory_copy{UUID} (guid, nid, pid, tid, start, "end", name_id, dst_agent_id, '
+                "src_agent_id, size, queue_id, stream_id, event_id) VALUES (?, 1, 1, 2, ?, ?, ?, ?, ?, ?, 1, 1, ?)",
+                (GUID, start, end, self.string(name), dst, src, size, ev),
+            )
+
+
+def build(path: Path, n: int, tracked: bool = False, seed: int = 3) -> dict:
+    rng = random.Random(seed)
+    db = Db(path, tracked)
+    t = 9_000_000_000
+    total, names = 0, {}
+    for i in range(1, n + 1):
+        d = rng.randint(500, 40_000)
+        kernel = 1 + i % 5
+        db.region("hipLaunchKernel", "HIP_RUNTIME_API", i, t - 2_000, t - 500, 1)
+        db.dispatch(i, kernel, 2 if i % 3 == 0 else 3, t, t + d)  # agent rows 2, 3 = GPU 0, GPU 1
+        names[f"gemm{kernel}()"] = names.get(f"gemm{kernel}()", 0) + 1
+        total += d
+        t += d + 100
+    db.region("hipMemcpyAsync", "HIP_RUNTIME_API", n + 1, t - 1_000, t + 5_000, 1)
+    db.copy(n + 1, "MEMORY_COPY_DEVICE_TO_HOST", 3, 1, t, t + 4_000, 1 << 20)
+    db.region("roctxRangePushA", "MARKER_CORE_API", n + 2, 9_000_000_000, t, 1, msg="epoch 0")
+    db.region("roctxMarkA", "MARKER_CORE_API", n + 3, 9_000_000_000, 9_000_000_000, 1, msg="a mark")
+    db.con.commit()
+    db.con.close()
+    return {"n": n, "total": total, "names": names}
+
+
+def parse(path: Path):
+    tf = identify(path)
+    assert tf.format == "rocpd"
+    return list(parse_any(tf, context_for(tf, node="n", source="rocpd", clock=CLOCK)))
+
+
+def kernels_of(parts) -> pa.Table:
+    return pa.Table.from_batches([conform("kernels", p.kernels) for p in parts])
+
+
+@pytest.mark.parametrize("tracked", [False, True], ids=["direct", "tracked"])
+def test_rocpd_exact(tmp_path, monkeypatch, tracked):
+    monkeypatch.setattr(rocpd, "CHUNK_ROWS", 400)
+    truth = build(tmp_path / "run.db", 1_000, tracked)
+    parts = parse(tmp_path / "run.db")
+    assert all(p.kernels.num_rows <= 400 for p in parts)
+    k = kernels_of(parts)
+    kernels = k.filter(pc.equal(k["kind"], "kernel"))
+    copies = k.filter(pc.equal(k["kind"], "memcpy"))
+    assert kernels.num_rows == truth["n"]
+    assert pc.sum(pc.subtract(kernels["end_ns"], kernels["start_ns"])).as_py() == truth["total"]
+    assert {c["values"]: c["counts"] for c in pc.value_counts(kernels["name"]).to_pylist()} == truth["names"]
+    assert {c["values"]: c["counts"] for c in pc.value_counts(kernels["device"]).to_pylist()} == {"0": 333, "1": 667}
+    assert set(kernels["launch_name"].to_pylist()) == {"hipLaunchKernel"}
+    assert pc.all(pc.equal(pc.subtract(kernels["start_ns"], kernels["launch_start_ns"]), 2_000)).as_py()
+    assert set(kernels["pid"].to_pylist()) == {4242}
+    assert set(kernels["tid"].to_pylist()) == {4242}  # the launching thread
+    assert kernels["correlation_id"].to_pylist() == list(range(1, 1_001))
+    assert kernels["start_ns"][0].as_py() == 9_000_000_000 + CLOCK.offset_ns
+    assert copies["name"].to_pylist() == ["MEMORY_COPY_DEVICE_TO_HOST"]
+    assert copies["device"].to_pylist() == ["1"] and copies["bytes"].to_pylist() == [1 << 20]
+    assert copies["launch_name"].to_pylist() == ["hipMemcpyAsync"]
+    its = parts[0].iterations
+    assert its["name"].to_pylist() == ["epoch 0"] and sum(p.iterations.num_rows for p in parts) == 1
+    assert parts[0].devices["1"]["product_name"] == "AMD Instinct MI300X"
+    assert parts[0].pids == (4242,)
+
+
+def test_rocpd_gzip(tmp_path):
+    truth = build(tmp_path / "run.db", 50)
+    (tmp_path / "run.db.gz").write_bytes(gzip.compress((tmp_path / "run.db").read_bytes()))
+    (tmp_path / "run.db").unlink()
+    k = kernels_of(parse(tmp_path / "run.db.gz"))
+    assert k.filter(pc.equal(k["kind"], "kernel")).num_rows == truth["n"]
+
+
+def test_rocpd_bad_rows_counted(tmp_path):
+    build(tmp_path / "run.db", 20)
+    con = sqlite3.connect(tmp_path / "run.db")
+    con.execute(f'UPDATE rocpd_kernel_dispatch{UUID} SET "end" = start - 1 WHERE id = 3')
+    con.execute(f"UPDATE rocpd_kernel_dispatch{UUID} SET start = 'junk' WHERE id = 4")
+    con.commit()
+    con.close()
+    parts = parse(tmp_path / "run.db")
+    k = kernels_of(parts)
+    assert k.filter(pc.equal(k["kind"], "kernel")).num_rows == 18
+    skipped = sum((p.skipped for p in parts), start=type(parts[0].skipped)())
+    assert skipped == {"bad_time": 1, "missing_value": 1}
+
+
+def test_sqlite_without_rocpd_tables_is_not_rocpd(tmp_path):
+    con = sqlite3.connect(tmp_path / "other.db")
+    con.execute("CREATE TABLE t (x)")
+    con.commit()
+    con.close()
+    from aaco.agent.sources.formats import read_head, sniff
+
+    assert sniff(read_head(tmp_path / "other.db")) is None

@@ -23,6 +23,7 @@ from rich.table import Table
 from . import __version__
 from .config import AgentConfig, load_config
 from .errors import AacoError, ConfigError
+from .pipeline.stats import Stats
 from .service import AgentService, run_until_stopped
 
 app = typer.Typer(
@@ -221,10 +222,15 @@ def run(
 
 
 def _run_service(
-    config: AgentConfig, *, progress: bool, stop_when_done: bool, reload_config: Any = None
+    config: AgentConfig,
+    *,
+    progress: bool,
+    stop_when_done: bool,
+    reload_config: Any = None,
+    extra_exporters: list[Any] | None = None,
 ) -> AgentService:
     bars = RichProgress(err_console) if progress and err_console.is_terminal else None
-    service = AgentService(config, progress=bars)
+    service = AgentService(config, progress=bars, extra_exporters=extra_exporters)
     try:
         if bars is not None:
             with bars:
@@ -259,6 +265,9 @@ def replay(
         ),
     ] = False,
     model_name: Annotated[str | None, typer.Option("--model-name", help="Model name for the iterations.")] = None,
+    perfetto: Annotated[
+        Path | None, typer.Option("--perfetto", help="Also write the events as a trace that ui.perfetto.dev opens.")
+    ] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="debug|info|warning|error")] = "warning",
 ) -> None:
     """Push trace files through the pipeline: lake, analysis, metrics and traces as if live."""
@@ -285,7 +294,14 @@ def replay(
         )
     except AacoError as exc:
         raise _fail(exc) from None
-    service = _run_service(config, progress=True, stop_when_done=not serve)
+    extra = []
+    if perfetto is not None:
+        from aaco.exporters.perfetto import PerfettoExporter
+
+        extra.append(PerfettoExporter(perfetto, Stats()))
+    service = _run_service(config, progress=True, stop_when_done=not serve, extra_exporters=extra)
+    if perfetto is not None:
+        err_console.print(f"perfetto trace: {perfetto.resolve()} (open it in https://ui.perfetto.dev)", highlight=False)
     if not serve:
         out_console.print(summary_table(service))
     err_console.print(f"replayed {len(files)} file(s) into {out.resolve()}", highlight=False)
@@ -412,6 +428,6 @@ def main() -> None:
 
 
 # Commands that live in their own modules register themselves on `app` when imported (one line each).
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("cli_sched", "cli_telemetry")
 for _module in COMMAND_MODULES:
     importlib.import_module(f"aaco.agent.{_module}")

@@ -82,6 +82,23 @@ class CsvChunk:
             self._row_lines = remaining
 
 
+def count_rows(data: bytes) -> int:
+    """How many non-empty lines ``data`` holds (what pyarrow reads as rows when nothing is damaged)."""
+    arr = np.frombuffer(data, dtype=np.uint8)
+    nl = np.flatnonzero(arr == 10)
+    ends = np.append(nl, arr.size) if (arr.size and arr[-1] != 10) else nl
+    starts = np.empty_like(ends)
+    if ends.size:
+        starts[0] = 0
+        starts[1:] = ends[:-1] + 1
+    length = ends - starts
+    has_cr = np.zeros(ends.size, dtype=bool)
+    nonzero = length > 0
+    has_cr[nonzero] = arr[ends[nonzero] - 1] == 13
+    empty = (length == 0) | ((length == 1) & has_cr)
+    return int(ends.size - np.count_nonzero(empty))
+
+
 def split_lines(data: bytes, base_offset: int) -> tuple[list[bytes], np.ndarray]:
     """The lines of ``data`` (without the newline and a trailing carriage return) and their file offsets."""
     raw = data.split(b"\n")
@@ -139,6 +156,8 @@ class CsvRowReader:
             table = self._parse(data)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return self._read_slow(data, base_offset)
+        if table.num_rows != count_rows(data):  # a line break inside a quoted value joined two lines
+            return self._read_slow(data, base_offset)
 
         def row_lines() -> tuple[np.ndarray, list[bytes]]:
             lines, offsets = split_lines(data, base_offset)
@@ -192,28 +211,19 @@ class CsvRowReader:
             part = stack.pop()
             try:
                 table = self._parse(b"\n".join(lines[i] for i in part) + b"\n")
+                reason = None if table.num_rows == len(part) else "line_break_in_row"
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                if len(part) <= SMALL_SEGMENT:
-                    reason = arrow_reason(exc)
-                    bad.append(BadRow(int(offsets[part[0]]), lines[part[0]], reason))
-                    skipped[reason] += 1
-                    continue
+                reason = arrow_reason(exc)
+            if reason is None:
+                done.append((part[0], table, part))
+            elif len(part) <= SMALL_SEGMENT:
+                # A row is a line: one that pyarrow reads as more or fewer rows (a quote left open,
+                # a carriage return inside) is as damaged as one it cannot read.
+                bad.append(BadRow(int(offsets[part[0]]), lines[part[0]], reason))
+                skipped[reason] += 1
+            else:
                 mid = len(part) // 2
                 stack.append(part[mid:])
                 stack.append(part[:mid])
-                continue
-            if table.num_rows != len(part):  # blank-looking lines pyarrow dropped: keep the map exact
-                for i in part:
-                    try:
-                        one = self._parse(lines[i] + b"\n")
-                    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                        reason = arrow_reason(exc)
-                        bad.append(BadRow(int(offsets[i]), lines[i], reason))
-                        skipped[reason] += 1
-                        continue
-                    if one.num_rows == 1:
-                        done.append((i, one, [i]))
-                continue
-            done.append((part[0], table, part))
         done.sort(key=lambda d: d[0])
         pieces += [(t, rows) for _, t, rows in done]

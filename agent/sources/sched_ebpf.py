@@ -1,0 +1,441 @@
+"""The eBPF backend of the ``sched`` source: ``sched_bpf.c`` loaded with bcc, drained every interval.
+
+bcc is Debian's ``python3-bpfcc`` (``import bcc``; the PyPI package named ``bcc`` is unrelated),
+made importable from the virtualenv by ``.ci/setup`` without the rest of the system's packages.
+The program (see its header) keeps cumulative per-thread counters and a per-process log2
+histogram in fixed-size maps; each ``drain`` reads them with one batched syscall per map
+(``BPF_MAP_LOOKUP_BATCH``; one lookup per key where the kernel lacks it), turns them into deltas
+against the previous drain (an entry that went backwards was evicted and re-created: its value is
+the delta), deletes the entries of threads that exited, and consumes the off-CPU ring buffer.
+``close`` detaches and unloads everything (idempotent).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes as ct
+import errno
+import logging
+import os
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from aaco.agent.pipeline.clock import boottime_offset
+
+from .sched_rows import (
+    FAULT_OFFCPU,
+    FAULTS,
+    INVOLUNTARY,
+    OFFCPU,
+    ONCPU,
+    RQ_WAIT,
+    RQ_WAITS,
+    VOLUNTARY,
+    Drain,
+    OffcpuEvents,
+    ThreadDeltas,
+)
+
+log = logging.getLogger("aaco.sources.sched")
+
+TRACEPOINTS = (
+    "sched/sched_switch",
+    "sched/sched_wakeup",
+    "sched/sched_wakeup_new",
+    "sched/sched_process_exit",
+    "exceptions/page_fault_user",
+    "task/task_newtask",
+)
+TRACEFS_DIRS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
+
+# Must match struct aaco_stats_t / aaco_offcpu_event_t in sched_bpf.c.
+_COUNTERS = ("oncpu_ns", "offcpu_ns", "rq_wait_ns", "fault_offcpu_ns", "voluntary", "involuntary", "faults", "rq_count")
+_METRIC_OF = {
+    "oncpu_ns": ONCPU,
+    "offcpu_ns": OFFCPU,
+    "rq_wait_ns": RQ_WAIT,
+    "fault_offcpu_ns": FAULT_OFFCPU,
+    "voluntary": VOLUNTARY,
+    "involuntary": INVOLUNTARY,
+    "faults": FAULTS,
+    "rq_count": RQ_WAITS,
+}
+STATS_DTYPE = np.dtype([*((c, "<u8") for c in _COUNTERS), ("tgid", "<u4"), ("flags", "<u4"), ("comm", "S16")])
+EVENT_DTYPE = np.dtype(
+    [
+        ("start_ns", "<u8"),
+        ("end_ns", "<u8"),
+        ("tgid", "<u4"),
+        ("tid", "<u4"),
+        ("flags", "<u4"),
+        ("pad", "<u4"),
+        ("comm", "S16"),
+    ]
+)
+HIST_KEY_DTYPE = np.dtype([("tgid", "<u4"), ("slot", "<u4")])
+ST_EXITED = 2
+_COUNTER_REASONS = {0: "ringbuf_full", 1: "state_map_full", 2: "stats_map_full"}
+BPF_NOEXIST = 1
+
+
+def bpf_source() -> str:
+    """The program's C source (package data)."""
+    return resources.files("aaco.agent.sources").joinpath("sched_bpf.c").read_text()
+
+
+def tracefs() -> Path | None:
+    """Where tracefs is mounted (bcc reads tracepoint formats there), or None."""
+    return next((d for d in TRACEFS_DIRS if (d / "events" / "sched" / "sched_switch").is_dir()), None)
+
+
+def _capabilities() -> int:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return int(line.split()[1], 16)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def privilege_problem() -> str | None:
+    """Why this process may not load BPF programs (None: root, or CAP_SYS_ADMIN, or CAP_BPF + CAP_PERFMON)."""
+    if os.geteuid() == 0:
+        return None
+    caps = _capabilities()
+    sys_admin, perfmon, bpf = 1 << 21, 1 << 38, 1 << 39
+    if caps & sys_admin or (caps & perfmon and caps & bpf):
+        return None
+    return f"eBPF needs root (or CAP_BPF and CAP_PERFMON); this agent runs as uid {os.geteuid()} without them"
+
+
+def unavailable_reason() -> str | None:
+    """The first reason the eBPF backend cannot run here, or None when it can be tried."""
+    problem = privilege_problem()
+    if problem:
+        return problem
+    try:
+        import bcc  # noqa: F401
+    except ImportError as exc:
+        return (
+            f"bcc is not importable ({exc}); install Debian's python3-bpfcc and run .ci/setup "
+            "(the PyPI package named bcc is unrelated)"
+        )
+    except Exception as exc:  # libbcc present but broken
+        return f"bcc failed to load: {type(exc).__name__}: {exc}"
+    if tracefs() is None:
+        return "tracefs is not mounted (mount -t tracefs nodev /sys/kernel/tracing)"
+    release = os.uname().release
+    if not (Path("/lib/modules") / release / "build").exists() and not Path("/sys/kernel/kheaders.tar.xz").exists():
+        return (
+            f"no kernel headers for {release}: /lib/modules/{release}/build is missing "
+            "(install linux-headers and link it, as .ci/setup does)"
+        )
+    missing = [tp for tp in TRACEPOINTS if not (tracefs() / "events" / tp).is_dir()]  # type: ignore[operator]
+    if missing:
+        return f"kernel tracepoint(s) missing: {', '.join(missing)}"
+    return None
+
+
+@dataclass(frozen=True)
+class EbpfSettings:
+    """Sizes and switches the program is compiled with."""
+
+    all_tasks: bool = False
+    max_targets: int = 1024
+    max_threads: int = 16384
+    max_hist: int = 16384
+    offcpu_threshold_ns: int = 0  # 0: no off-CPU interval events
+    ringbuf_pages: int = 64
+    max_events_per_drain: int = 10_000
+
+
+class _Cumulative:
+    """Previous cumulative values per key, to turn the kernel's counters into deltas."""
+
+    def __init__(self, width: int) -> None:
+        self.keys = np.zeros(0, dtype=np.uint64)
+        self.vals = np.zeros((0, width), dtype=np.uint64)
+        self.tags = np.zeros(0, dtype=np.uint64)
+
+    def __len__(self) -> int:
+        return int(self.keys.size)
+
+    def delta(self, keys: np.ndarray, vals: np.ndarray, tags: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
+        """Deltas of ``vals`` (rows keyed by ``keys``), how many known keys vanished, and the sort order.
+
+        Rows come back sorted by key: ``order`` is the permutation applied to the inputs.
+        A key seen for the first time counts from zero; a key whose tag (the tgid of a tid)
+        changed, or any of whose counters went backwards, was re-created: its value is the delta.
+        """
+        order = np.argsort(keys, kind="stable")
+        keys, vals, tags = keys[order], vals[order], tags[order]
+        prev = np.zeros_like(vals)
+        if self.keys.size and keys.size:
+            idx = np.clip(np.searchsorted(self.keys, keys), 0, self.keys.size - 1)
+            found = (self.keys[idx] == keys) & (self.tags[idx] == tags)
+            prev[found] = self.vals[idx[found]]
+        delta = vals.astype(np.int64) - prev.astype(np.int64)
+        reset = (delta < 0).any(axis=1)
+        delta[reset] = vals[reset].astype(np.int64)
+        vanished = int(np.setdiff1d(self.keys, keys, assume_unique=True).size) if self.keys.size else 0
+        self.keys, self.vals, self.tags = keys, vals, tags
+        return delta, vanished, order
+
+    def forget(self, keys: np.ndarray) -> None:
+        """Drop ``keys`` (deleted from the kernel map)."""
+        if keys.size and self.keys.size:
+            keep = ~np.isin(self.keys, keys)
+            self.keys, self.vals, self.tags = self.keys[keep], self.vals[keep], self.tags[keep]
+
+
+def _comm(raw: bytes) -> str:
+    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
+class EbpfBackend:
+    """Loads the program, maintains the targets map, drains the counters."""
+
+    name = "ebpf"
+
+    def __init__(self, settings: EbpfSettings) -> None:
+        from bcc import BPF  # Debian's python3-bpfcc
+
+        self.settings = settings
+        cflags = [
+            f"-DAACO_MAX_TARGETS={settings.max_targets}",
+            f"-DAACO_MAX_THREADS={settings.max_threads}",
+            f"-DAACO_MAX_HIST={settings.max_hist}",
+            f"-DAACO_OFFCPU_MIN_NS={settings.offcpu_threshold_ns}ULL",
+            f"-DAACO_RINGBUF_PAGES={settings.ringbuf_pages}",
+        ]
+        if settings.all_tasks:
+            cflags.append("-DAACO_ALL_TASKS")
+        fmt = (tracefs() or TRACEFS_DIRS[0]) / "events" / "sched" / "sched_process_exit" / "format"
+        try:
+            if "group_dead" in fmt.read_text():
+                cflags.append("-DAACO_HAVE_GROUP_DEAD")
+        except OSError:
+            pass
+        self._bpf: Any = BPF(text=bpf_source().encode(), cflags=cflags)
+        self._lib = __import__("bcc.libbcc", fromlist=["lib"]).lib
+        self._targets_map = self._bpf[b"targets"]
+        self._state = self._bpf[b"state"]
+        self._stats = self._bpf[b"stats"]
+        self._hist = self._bpf[b"hist"]
+        self._counters = self._bpf[b"counters"]
+        self._targets: set[int] = set()
+        self._threads = _Cumulative(len(_COUNTERS))
+        self._hist_prev = _Cumulative(1)
+        self._counters_prev = dict.fromkeys(_COUNTER_REASONS, 0)
+        self._events: list[bytes] = []
+        self._events_dropped = 0
+        self._batch_ok = True
+        if settings.offcpu_threshold_ns > 0:
+            self._bpf[b"offcpu_events"].open_ring_buffer(self._on_event)
+        self._clock = boottime_offset()
+        self._last_ns = time.time_ns()
+        self.closed = False
+
+    # -- targets ------------------------------------------------------------------------------------
+
+    def set_targets(self, tgids: set[int]) -> None:
+        """Make the kernel's target map hold exactly ``tgids`` (ignored when tracing every task)."""
+        if self.settings.all_tasks or self.closed:
+            return
+        t = self._targets_map
+        for tgid in self._targets - tgids:
+            with contextlib.suppress(KeyError):  # the kernel already dropped it when the process ended
+                del t[t.Key(tgid)]
+        for tgid in sorted(tgids - self._targets):
+            t[t.Key(tgid)] = t.Leaf(1)
+            self._seed_threads(tgid)
+        self._targets = set(tgids)
+
+    def _seed_threads(self, tgid: int) -> None:
+        """Tell the kernel the tgid of a new target's existing threads, so their first wakeup counts."""
+        try:
+            tids = [int(n) for n in os.listdir(f"/proc/{tgid}/task") if n.isdigit()]
+        except OSError:
+            return
+        for tid in tids[: self.settings.max_threads]:
+            key = self._state.Key(tid)
+            leaf = self._state.Leaf()
+            leaf.tgid = tgid
+            self._lib.bpf_update_elem(self._state.map_fd, ct.byref(key), ct.byref(leaf), BPF_NOEXIST)
+
+    # -- draining -----------------------------------------------------------------------------------
+
+    def _read(self, table: Any, key_dtype: np.dtype, val_dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+        """Every (key, value) of a hash map as numpy arrays: batched, else one key at a time."""
+        if self._batch_ok:
+            try:
+                return self._read_batch(table.map_fd, table.max_entries, key_dtype, val_dtype)
+            except OSError as exc:
+                if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+                    raise
+                self._batch_ok = False
+                log.info("sched: this kernel has no batched map lookups; reading key by key")
+        items = list(table.items())
+        keys = np.frombuffer(b"".join(bytes(k) for k, _ in items), dtype=key_dtype)
+        vals = np.frombuffer(b"".join(bytes(v) for _, v in items), dtype=val_dtype)
+        return keys, vals
+
+    def _read_batch(
+        self, fd: int, max_entries: int, key_dtype: np.dtype, val_dtype: np.dtype
+    ) -> tuple[np.ndarray, np.ndarray]:
+        keys = np.zeros(max_entries, dtype=key_dtype)
+        vals = np.zeros(max_entries, dtype=val_dtype)
+        token = ct.c_uint32(0)
+        count = ct.c_uint32(0)
+        total = 0
+        first = True
+        while total < max_entries:
+            count.value = max_entries - total
+            res = self._lib.bpf_lookup_batch(
+                fd,
+                None if first else ct.byref(token),
+                ct.byref(token),
+                ct.c_void_p(keys.ctypes.data + total * key_dtype.itemsize),
+                ct.c_void_p(vals.ctypes.data + total * val_dtype.itemsize),
+                ct.byref(count),
+            )
+            err = -res if res < 0 else ct.get_errno()
+            total += count.value
+            if res != 0:
+                if err == errno.ENOENT:
+                    break
+                raise OSError(err, f"BPF_MAP_LOOKUP_BATCH: {os.strerror(err)}")
+            first = False
+            if count.value == 0:
+                break
+        return keys[:total], vals[:total]
+
+    def _delete(self, table: Any, keys: np.ndarray) -> None:
+        """Delete ``keys`` (a numpy array of the map's key type) one by one; missing keys are fine."""
+        buf = np.ascontiguousarray(keys)
+        size, base = buf.dtype.itemsize, buf.ctypes.data
+        for i in range(buf.size):
+            self._lib.bpf_delete_elem(table.map_fd, ct.c_void_p(base + i * size))
+
+    def _on_event(self, _ctx: Any, data: Any, size: int) -> int:
+        if len(self._events) < self.settings.max_events_per_drain:
+            self._events.append(ct.string_at(data, size))
+        else:
+            self._events_dropped += 1
+        return 0
+
+    def drain(self) -> Drain:
+        """Deltas since the previous drain; exited threads are read one last time and deleted."""
+        now = time.time_ns()
+        interval = max(1, now - self._last_ns)
+        self._last_ns = now
+        keys, vals = self._read(self._stats, np.dtype("<u4"), STATS_DTYPE)
+        matrix = np.stack([vals[c] for c in _COUNTERS], axis=1) if keys.size else np.zeros((0, len(_COUNTERS)), "<u8")
+        delta, evicted, order = self._threads.delta(
+            keys.astype(np.uint64), matrix, vals["tgid"].astype(np.uint64) if keys.size else np.zeros(0, np.uint64)
+        )
+        vals = vals[order]
+        tids = keys[order].astype(np.int64)
+        tgids = vals["tgid"].astype(np.int64)
+        exited = (vals["flags"] & ST_EXITED) != 0
+        busy = delta.any(axis=1)
+        comms = [_comm(c) for c in vals["comm"][busy]]
+        threads = ThreadDeltas(
+            tgids[busy], tids[busy], comms, {_METRIC_OF[c]: delta[busy, i] for i, c in enumerate(_COUNTERS)}
+        )
+        if exited.any():
+            gone = keys[order][exited]
+            self._delete(self._stats, gone)
+            self._threads.forget(gone.astype(np.uint64))
+        ended = sorted(set(tids[exited & (tids == tgids)].tolist()))
+
+        hkeys, hvals = self._read(self._hist, HIST_KEY_DTYPE, np.dtype("<u8"))
+        packed = (hkeys["tgid"].astype(np.uint64) << np.uint64(32)) | hkeys["slot"].astype(np.uint64)
+        hdelta, _, horder = self._hist_prev.delta(packed, hvals.reshape(-1, 1), np.zeros(packed.size, np.uint64))
+        hkeys = hkeys[horder]
+        if ended:
+            done = np.isin(hkeys["tgid"], ended)
+            if done.any():
+                self._delete(self._hist, hkeys[done])
+                self._hist_prev.forget(packed[horder][done])
+        dropped = self._kernel_drops()
+        if evicted:
+            dropped["stats_evicted"] = dropped.get("stats_evicted", 0) + evicted
+        events = self._take_events()
+        if self._events_dropped:
+            dropped["offcpu_events_over_cap"] = self._events_dropped
+            self._events_dropped = 0
+        return Drain(
+            ts_ns=now,
+            interval_ns=interval,
+            threads=threads,
+            hist_tgid=hkeys["tgid"].astype(np.int64),
+            hist_slot=hkeys["slot"].astype(np.int64),
+            hist_count=hdelta[:, 0] if hdelta.size else np.zeros(0, np.int64),
+            events=events,
+            exited=ended,
+            dropped=dropped,
+        )
+
+    def _kernel_drops(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for idx, reason in _COUNTER_REASONS.items():
+            total = int(sum(self._counters.getvalue(self._counters.Key(idx))))
+            if total > self._counters_prev[idx]:
+                out[reason] = total - self._counters_prev[idx]
+            self._counters_prev[idx] = total
+        return out
+
+    def _take_events(self) -> OffcpuEvents:
+        if self.settings.offcpu_threshold_ns <= 0:
+            return OffcpuEvents()
+        self._bpf.ring_buffer_consume()
+        raw, self._events = self._events, []
+        if not raw:
+            return OffcpuEvents()
+        ev = np.frombuffer(b"".join(r[: EVENT_DTYPE.itemsize] for r in raw), dtype=EVENT_DTYPE)
+        self._clock = boottime_offset()
+        off = self._clock.offset_ns
+        return OffcpuEvents(
+            start_ns=ev["start_ns"].astype(np.int64) + off,
+            end_ns=ev["end_ns"].astype(np.int64) + off,
+            tgid=ev["tgid"].astype(np.int64),
+            tid=ev["tid"].astype(np.int64),
+            comm=[_comm(c) for c in ev["comm"]],
+        )
+
+    # -- introspection and shutdown -----------------------------------------------------------------
+
+    def sizes(self) -> dict[str, int]:
+        """Entries in each kernel map and in the user-space delta state (bounded by design)."""
+        out = {}
+        for name, table, kd, vd in (
+            ("targets", self._targets_map, np.dtype("<u4"), np.dtype("u1")),
+            ("state", self._state, np.dtype("<u4"), np.dtype((np.void, ct.sizeof(self._state.Leaf)))),
+            ("stats", self._stats, np.dtype("<u4"), STATS_DTYPE),
+            ("hist", self._hist, HIST_KEY_DTYPE, np.dtype("<u8")),
+        ):
+            out[name] = int(self._read(table, kd, vd)[0].size)
+        out["user_threads"] = len(self._threads)
+        out["user_hist"] = len(self._hist_prev)
+        return out
+
+    def kernel_targets(self) -> set[int]:
+        """The tgids in the kernel's target map."""
+        keys, _ = self._read(self._targets_map, np.dtype("<u4"), np.dtype("u1"))
+        return set(keys.astype(int).tolist())
+
+    def close(self) -> None:
+        """Detach every tracepoint and free the program and its maps (idempotent)."""
+        if self.closed:
+            return
+        self.closed = True
+        bpf, self._bpf = self._bpf, None
+        if bpf is not None:
+            bpf.cleanup()

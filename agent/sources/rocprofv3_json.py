@@ -33,6 +33,7 @@ Timestamps are CLOCK_BOOTTIME ns, converted with ``TraceContext.clock``.
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -194,7 +195,8 @@ class _Process:
     symbols: dict[int, str] = field(default_factory=dict)
     kinds: list[tuple[str, list[str]]] = field(default_factory=list)
     messages: dict[int, str] = field(default_factory=dict)
-    hip: list[tuple[int, int, int, int, int, int]] = field(default_factory=list)  # corr, start, end, tid, kind, op
+    # HIP calls, one per launch: as many as dispatches, so packed (8 bytes a value, not a tuple each)
+    hip: array = field(default_factory=lambda: array("q"))  # corr, start, end, tid, kind, op, repeated
     markers: list[tuple[int, int, int, int, int, int]] = field(default_factory=list)
     agent_map: AgentMap | None = None
     launches: LaunchTable | None = None
@@ -269,7 +271,10 @@ def _read_metadata(path: Path) -> _Metadata:
                 meta.skipped["bad_record"] += 1
                 return
             row = tuple(-1 if x is None else x for x in rec)
-            (proc.hip if section == "buffer_records.hip_api" else proc.markers).append(row)  # type: ignore[arg-type]
+            if section == "buffer_records.hip_api":
+                proc.hip.extend(row)  # type: ignore[arg-type]
+            else:
+                proc.markers.append(row)  # type: ignore[arg-type]
 
     walker = _Walker({**SECTIONS_META, **SECTIONS_HOST}, {"metadata.pid": "pid"})
     with _open(path) as fh:
@@ -281,18 +286,15 @@ def _read_metadata(path: Path) -> _Metadata:
     for proc in meta.processes.values():
         proc.agent_map = AgentMap(AgentMap.with_type_indexes(proc.agents))
         if proc.hip:
-            h = np.array(proc.hip, dtype=np.int64)
+            h = np.frombuffer(proc.hip, dtype=np.int64).reshape(-1, 6)
             keep = h[:, 0] >= 0
             h = h[keep]
-            names = sorted({proc.op_name(int(k), int(o)) or "hip_api" for k, o in zip(h[:, 4], h[:, 5], strict=True)})
-            index = {n: i for i, n in enumerate(names)}
-            name_idx = np.array(
-                [index[proc.op_name(int(k), int(o)) or "hip_api"] for k, o in zip(h[:, 4], h[:, 5], strict=True)],
-                dtype=np.int32,
-            )
+            pairs, inverse = np.unique(h[:, 4:6], axis=0, return_inverse=True)  # few (kind, operation) pairs
+            names = [proc.op_name(int(k), int(o)) or "hip_api" for k, o in pairs]
+            name_idx = np.asarray(inverse, dtype=np.int32).reshape(-1)
             pid = np.full(len(h), proc.pid if proc.pid is not None else -1, dtype=np.int64)
             proc.launches = LaunchTable.build(h[:, 0], h[:, 1], h[:, 2], pid, h[:, 3], name_idx, names)
-            proc.hip = []
+            proc.hip = array("q")
     return meta
 
 

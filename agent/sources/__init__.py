@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import ort, replay, sched
+from . import ort, replay, sched, smi
 
 # type -> (config model, factory). The config union in aaco.agent.config is built from this table.
 REGISTRY: dict[str, tuple[type[Any], Callable[[Any, str], Any]]] = {
     "ort": (ort.OrtSourceConfig, ort.create),
     "replay": (replay.ReplaySourceConfig, replay.create),
     "sched": (sched.SchedSourceConfig, sched.create),
+    "smi": (smi.SmiSourceConfig, smi.create),
 }

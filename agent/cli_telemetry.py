@@ -1,0 +1,116 @@
+"""``aaco telemetry``: one snapshot of every GPU's telemetry, from a backend or a captured file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from .cli import _fail, app, err_console, out_console
+from .errors import AacoError
+from .sources.smi.backends import BACKENDS, BackendOptions, open_backend
+from .sources.smi.calls import BackendError
+from .sources.smi.model import Snapshot, to_table
+from .sources.smi.values import TelemetryFormatError
+
+
+def readings(snap: Snapshot) -> list[dict[str, object]]:
+    """The ``--json`` form: ``{"device", "metric", "value", "unit", "attributes"}`` per reading."""
+    table = to_table(snap.gpus, ts_ns=0, node="", source="")
+    out = []
+    for row in table.select(["device", "metric", "value", "unit", "gpu_uuid", "attributes"]).to_pylist():
+        attrs = dict(row["attributes"] or ())
+        if row["gpu_uuid"]:
+            attrs["gpu_uuid"] = row["gpu_uuid"]
+        out.append(
+            {
+                "device": row["device"],
+                "metric": row["metric"],
+                "value": row["value"],
+                "unit": row["unit"],
+                "attributes": attrs,
+            }
+        )
+    return out
+
+
+@app.command()
+def telemetry(
+    backend: Annotated[
+        str,
+        typer.Option(
+            "--backend",
+            "-b",
+            help="auto|amdsmi|amd-smi|rocm-smi|sysfs|nvml|nvidia-smi|file (auto: the best present; "
+            "file with --from-file).",
+        ),
+    ] = "auto",
+    from_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--from-file",
+            "-f",
+            help="Read a capture instead of the GPUs: amd-smi or rocm-smi JSON, nvidia-smi -q -x XML, "
+            "or a sysfs tree as a ttar archive.",
+        ),
+    ] = None,
+    sysfs_root: Annotated[
+        Path,
+        typer.Option(
+            "--sysfs-root", help="Directory holding class/drm for the sysfs backend (/host/sys in a container)."
+        ),
+    ] = Path("/sys"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of readings.")] = False,
+    timeout_s: Annotated[
+        float, typer.Option("--timeout", min=0.1, help="Deadline of the backend call, seconds.")
+    ] = 5.0,
+) -> None:
+    """Print one snapshot of GPU telemetry: clocks, power, temperature, utilisation, memory, throttling, errors.
+
+    Values are in base units (ratios 0..1, bytes, W, J, Celsius, Hz) under their OpenTelemetry names.
+    """
+    try:
+        if backend not in BACKENDS:
+            raise AacoError(f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})", subject="--backend")
+        if from_file is not None and backend not in ("auto", "file"):
+            raise AacoError(
+                f"--from-file reads a capture; it cannot be combined with --backend {backend}", subject="--from-file"
+            )
+        if backend == "file" and from_file is None:
+            raise AacoError("the file backend needs --from-file", subject="--backend")
+        if from_file is not None:
+            backend = "file"
+        opts = BackendOptions(timeout_s=timeout_s, sysfs_root=sysfs_root, file=from_file)
+        source = open_backend(backend, opts)
+        try:
+            snap = source.sample()
+        finally:
+            source.close()
+    except (BackendError, TelemetryFormatError, AacoError) as exc:
+        raise _fail(exc) from None
+    for p in snap.problems:
+        err_console.print(f"[yellow]warning:[/] {p}", highlight=False, soft_wrap=True)
+    rows = readings(snap)
+    if as_json:
+        typer.echo(json.dumps(rows, indent=1))
+        return
+    table = Table(title=f"GPU telemetry ({snap.format})", title_justify="left")
+    for col in ("gpu", "model", "metric", "attributes", "value", "unit"):
+        table.add_column(col, justify="right" if col == "value" else "left")
+    for r in rows:
+        attrs = dict(r["attributes"])  # type: ignore[call-overload]
+        model = attrs.pop("hw.model", "")
+        for k in ("hw.vendor", "pci.bus_id", "gpu_uuid"):
+            attrs.pop(k, None)
+        table.add_row(
+            str(r["device"]),
+            model,
+            str(r["metric"]),
+            ",".join(f"{k}={v}" for k, v in attrs.items()),
+            f"{r['value']:.6g}",
+            str(r["unit"]),
+        )
+    out_console.print(table)

@@ -1,0 +1,198 @@
+"""The ``smi`` source: GPU telemetry of every GPU of the node, attributed to the pods that own them.
+
+Clocks, power, temperature, utilisation, memory, throttling and errors.
+
+Backends (``backend``): ``amdsmi`` (the AMD SMI library), ``amd-smi`` / ``rocm-smi`` (the tools'
+JSON), ``sysfs`` (amdgpu's files), ``nvml`` (nvidia-ml-py), ``nvidia-smi`` (its XML), ``file``
+(any of those captured in a file, read again at every sample) and ``auto`` (the best present, see
+``backends``). Every ``interval_s`` (fixed rate, no drift: ``tracker.FixedRate``) the backend is
+read under ``timeout_s`` (``calls``: a hung tool is killed), GPUs that vanished are reported down
+(``tracker.GpuTracker``), the kubelet's pod-resources API says which pod owns each GPU (``pods``),
+and the readings are published as one ``telemetry`` batch. Telemetry is live (it cannot be
+paused and read later), so it is offered to the bus: when the bus is full the batch is dropped
+and counted, never waited for. Bad values are reported with the file and field at fault; the
+readings around them are kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+
+from aaco.agent.config_base import StrictModel
+
+from ..base import Source, SourceContext
+from .backends import Backend, BackendName, BackendOptions, open_backend
+from .calls import BackendError
+from .model import Snapshot, to_table
+from .pods import DEFAULT_SOCKET, GPU_RESOURCES, PodAttribution
+from .tracker import FixedRate, GpuTracker
+from .values import TelemetryFormatError
+
+log = logging.getLogger("aaco.sources.smi")
+
+Compat = Literal["off", "auto", "amd", "dcgm"]
+
+
+class SmiSourceConfig(StrictModel):
+    """GPU telemetry from AMD (amdsmi, amd-smi, rocm-smi, sysfs) and NVIDIA (NVML, nvidia-smi) GPUs, per pod."""
+
+    type: Literal["smi"] = "smi"
+    name: str | None = Field(None, description="Source name in metrics and logs (default: the type).")
+    backend: BackendName = Field(
+        "auto",
+        description="auto|amdsmi|amd-smi|rocm-smi|sysfs|nvml|nvidia-smi|file; auto takes the best present "
+        "(amdsmi, sysfs, amd-smi, rocm-smi, then nvml, nvidia-smi).",
+    )
+    interval_s: PositiveFloat = Field(1.0, description="Sampling interval in seconds (fixed rate).")
+    timeout_s: PositiveFloat = Field(5.0, description="Deadline of every backend call; a tool that overruns is killed.")
+    file: Path | None = Field(None, description="The capture the file backend reads at every sample.")
+    sysfs_root: Path = Field(
+        Path("/sys"), description="Directory that holds class/drm (/host/sys when a container mounts the host's /sys)."
+    )
+    samples: PositiveInt | None = Field(None, description="Samples to take; null samples until the agent stops.")
+    max_gpus: PositiveInt = Field(64, description="GPUs tracked at most (bounds label sets).")
+    compat: Compat = Field(
+        "off",
+        description="Also export the core signals under existing exporters' names: amd (device-metrics-exporter), "
+        "dcgm (dcgm-exporter), auto (by GPU vendor), off.",
+    )
+    kubelet_socket: Path | None = Field(
+        DEFAULT_SOCKET, description="The kubelet's pod-resources socket for per-pod labels; null: no attribution."
+    )
+    pod_refresh_s: PositiveFloat = Field(10.0, description="How often the pod -> GPU mapping is refreshed.")
+    gpu_resources: list[str] = Field(
+        list(GPU_RESOURCES), min_length=1, description="Extended resource names of GPUs in the kubelet's answer."
+    )
+    amd_smi: str = Field("amd-smi", description="The amd-smi command (name on PATH or path).")
+    rocm_smi: str = Field("rocm-smi", description="The rocm-smi command (name on PATH or path).")
+    nvidia_smi: str = Field("nvidia-smi", description="The nvidia-smi command (name on PATH or path).")
+
+    @model_validator(mode="after")
+    def _file_with_file_backend(self) -> SmiSourceConfig:
+        if self.backend == "file" and self.file is None:
+            raise ValueError("backend file needs file: the capture to read")
+        if self.file is not None and self.backend != "file":
+            raise ValueError(f"file is only read by backend file (backend is {self.backend})")
+        return self
+
+    def backend_options(self) -> BackendOptions:
+        """The options the backends take."""
+        return BackendOptions(
+            timeout_s=self.timeout_s,
+            sysfs_root=self.sysfs_root,
+            file=self.file,
+            amd_smi=self.amd_smi,
+            rocm_smi=self.rocm_smi,
+            nvidia_smi=self.nvidia_smi,
+        )
+
+
+class SmiSource(Source):
+    """Samples GPU telemetry at a fixed rate and publishes it as ``telemetry`` batches."""
+
+    type = "smi"
+
+    def __init__(self, config: SmiSourceConfig, name: str, options: BackendOptions | None = None) -> None:
+        super().__init__(name)
+        self.config = config
+        self.finite = config.samples is not None
+        self.options = options or config.backend_options()
+        self.backend: Backend | None = None
+        self.rate: FixedRate | None = None
+        self.tracker = GpuTracker(config.max_gpus)
+        self.pods: PodAttribution | None = None
+        self.taken = 0
+
+    def run(self, ctx: SourceContext) -> None:
+        """Sample until stopped (or ``samples`` taken); a backend that cannot be opened is a fatal problem."""
+        cfg = self.config
+        try:
+            self.backend = open_backend(cfg.backend, self.options)
+        except (BackendError, TelemetryFormatError) as exc:
+            reason = getattr(exc, "reason", "unreadable")
+            ctx.problem(self.name, exc.subject or self.name, reason, exc.message, fatal=True, count=1)
+            return
+        log.info("%s: GPU telemetry from %s every %gs", self.name, self.backend.name, cfg.interval_s)
+        if cfg.kubelet_socket is not None:
+            self.pods = PodAttribution(
+                cfg.kubelet_socket,
+                refresh_s=cfg.pod_refresh_s,
+                timeout_s=cfg.timeout_s,
+                resources=cfg.gpu_resources,
+                stale_after_s=6 * cfg.pod_refresh_s,
+                on_error=lambda reason, msg: ctx.problem(self.name, "kubelet", reason, msg, fatal=False, count=1),
+            )
+        self.rate = FixedRate(cfg.interval_s)
+        try:
+            while not ctx.stop.is_set():
+                self.sample_once(ctx)
+                if cfg.samples is not None and self.taken >= cfg.samples:
+                    break
+                missed = self.rate.missed
+                if self.rate.wait(ctx.stop):
+                    break
+                if self.rate.missed > missed:
+                    ctx.problem(
+                        self.name,
+                        self.backend.name,
+                        "overrun",
+                        f"a sample took longer than the {cfg.interval_s:g}s interval; skipped the slots it overran",
+                        fatal=False,
+                        count=self.rate.missed - missed,
+                    )
+        finally:
+            self.backend.close()
+            if self.pods is not None:
+                self.pods.close()
+
+    def sample_once(self, ctx: SourceContext) -> int:
+        """Read the backend once and publish what it gave; returns the rows published."""
+        assert self.backend is not None
+        ts = time.time_ns()
+        snap: Snapshot | None
+        try:
+            snap = self.backend.sample()
+        except (BackendError, TelemetryFormatError) as exc:
+            snap = None
+            reason = getattr(exc, "reason", "unreadable")
+            ctx.problem(self.name, exc.subject or self.backend.name, reason, exc.message, fatal=False, count=1)
+        if snap is not None:
+            for p in snap.problems:
+                ctx.problem(self.name, f"{p.subject}: field {p.field}", "malformed", p.message, fatal=False, count=1)
+        samples, changes = self.tracker.update(snap)
+        for gpu in changes.lost:
+            ctx.problem(
+                self.name,
+                f"gpu {gpu.index}",
+                "gpu_lost",
+                f"GPU {gpu.index} ({gpu.model or gpu.uuid}) stopped answering: reported down",
+                fatal=False,
+                count=1,
+            )
+        for gpu in changes.back:
+            log.info("%s: GPU %s is back", self.name, gpu.index)
+        if changes.refused:
+            ctx.problem(
+                self.name,
+                self.backend.name,
+                "max_gpus",
+                f"more than {self.config.max_gpus} GPUs; the rest are not tracked",
+                fatal=False,
+                count=changes.refused,
+            )
+        extra = self.pods.lookup([s.gpu for s in samples]) if self.pods is not None else {}
+        table = to_table(samples, ts_ns=ts, node=ctx.node, source=self.name, extra=extra)
+        self.taken += 1
+        if table.num_rows:
+            ctx.publish(self.name, "telemetry", table, durable=False, live=True)
+        return table.num_rows
+
+
+def create(config: SmiSourceConfig, name: str) -> SmiSource:
+    """Factory used by the source registry."""
+    return SmiSource(config, name)

@@ -1,0 +1,160 @@
+"""AMD GPUs through the AMD SMI Python library (``import amdsmi``; ships with ROCm, needs libamd_smi).
+
+Per processor handle: ``amdsmi_get_gpu_activity`` (gfx/umc activity, %), ``amdsmi_get_power_info``
+(socket power, W), ``amdsmi_get_temp_metric`` (edge, hotspot = junction, VRAM = memory; Celsius),
+``amdsmi_get_clock_info`` (GFX, MEM, SOC, VCLK0, DCLK0: current and max, MHz),
+``amdsmi_get_gpu_memory_usage`` / ``_total`` (VRAM, bytes), ``amdsmi_get_energy_count``
+(accumulator x resolution, microjoules), ``amdsmi_get_gpu_total_ecc_count`` and
+``amdsmi_get_gpu_metrics_info`` (``indep_throttle_status`` for throttle reasons, see
+``gpu_metrics``). Values the library reports as ``"N/A"`` are left out; a call that raises
+``AmdSmiLibraryException`` for an unsupported query is skipped, one that says the device is gone
+drops the GPU from the sample. The module is passed in (tests use a fake with the library's API
+shape).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, Final, TypeVar
+
+from . import gpu_metrics
+from .model import (
+    CLOCK,
+    CLOCK_MAX,
+    ENERGY,
+    ERRORS,
+    MEMORY_LIMIT,
+    MEMORY_USAGE,
+    MEMORY_UTILIZATION,
+    POWER,
+    TEMPERATURE,
+    THROTTLE,
+    THROTTLE_REASONS,
+    UTILIZATION,
+    GpuIdentity,
+    GpuSample,
+    Snapshot,
+    normalize_pci,
+)
+from .values import Fields
+
+FORMAT: Final = "amdsmi"
+T = TypeVar("T")
+
+# amdsmi_status_t values (amdsmi_wrapper.AMDSMI_STATUS_*) that mean "not available on this GPU"
+# (NOT_SUPPORTED, NOT_YET_IMPLEMENTED, NO_DATA, SETTING_UNAVAILABLE) and "the device is gone"
+# (DRM_ERROR, IO, NOT_FOUND, DRIVER_NOT_LOADED, AMDGPU_RESTART_ERR).
+_NOT_SUPPORTED: Final = frozenset({2, 3, 40, 55})
+_DEVICE_GONE: Final = frozenset({6, 12, 31, 34, 54})
+
+
+class DeviceGoneError(Exception):
+    """The library says the device is gone."""
+
+
+class AmdSmiReader:
+    """Samples every GPU the AMD SMI library sees."""
+
+    def __init__(self, amdsmi: ModuleType) -> None:
+        self.lib = amdsmi
+        amdsmi.amdsmi_init(amdsmi.AmdSmiInitFlags.INIT_AMD_GPUS)
+        self._open = True
+
+    def close(self) -> None:
+        """Shut the library down (once)."""
+        if self._open:
+            self._open = False
+            with contextlib.suppress(Exception):  # shutting down after a driver failure: nothing left to do
+                self.lib.amdsmi_shut_down()
+
+    def _q(self, f: Fields, where: str, fn: Callable[..., T], *args: Any) -> T | None:
+        try:
+            return fn(*args)
+        except self.lib.AmdSmiLibraryException as exc:
+            code = getattr(exc, "err_code", None)
+            if code in _DEVICE_GONE:
+                raise DeviceGoneError(str(exc)) from exc
+            if code not in _NOT_SUPPORTED:
+                f.problem(where, f"{getattr(fn, '__name__', 'amdsmi')}: {exc}")
+            return None
+
+    def sample(self) -> Snapshot:
+        """One sample of every GPU."""
+        f = Fields("amdsmi")
+        snap = Snapshot(FORMAT)
+        for i, h in enumerate(self.lib.amdsmi_get_processor_handles()):
+            where = f"gpu[{i}]"
+            try:
+                snap.gpus.append(self._gpu(f, where, i, h))
+            except DeviceGoneError as exc:
+                f.problem(where, f"device is gone: {exc}")
+        snap.problems = f.problems
+        return snap
+
+    def _gpu(self, f: Fields, where: str, i: int, h: Any) -> GpuSample:
+        lib = self.lib
+        asic = self._q(f, where, lib.amdsmi_get_gpu_asic_info, h) or {}
+        s = GpuSample(
+            GpuIdentity(
+                str(i),
+                uuid=str(self._q(f, where, lib.amdsmi_get_gpu_device_uuid, h) or ""),
+                pci_bus=normalize_pci(str(self._q(f, where, lib.amdsmi_get_gpu_device_bdf, h) or "")),
+                model=str(asic.get("market_name") or ""),
+                vendor="amd",
+            )
+        )
+        activity = self._q(f, where, lib.amdsmi_get_gpu_activity, h) or {}
+        s.add(UTILIZATION, _pct(f, activity.get("gfx_activity"), f"{where}.gfx_activity"))
+        s.add(MEMORY_UTILIZATION, _pct(f, activity.get("umc_activity"), f"{where}.umc_activity"))
+        power = self._q(f, where, lib.amdsmi_get_power_info, h) or {}
+        for key in ("current_socket_power", "average_socket_power", "socket_power"):
+            watts = f.num(power.get(key), f"{where}.power_info.{key}")
+            if watts is not None:
+                s.add(POWER, watts)
+                break
+        for name, sensor in (("EDGE", "edge"), ("HOTSPOT", "junction"), ("VRAM", "memory")):
+            t = self._q(
+                f,
+                where,
+                lib.amdsmi_get_temp_metric,
+                h,
+                lib.AmdSmiTemperatureType[name],
+                lib.AmdSmiTemperatureMetric.CURRENT,
+            )
+            s.add(TEMPERATURE, f.num(t, f"{where}.temp.{name}"), sensor=sensor)
+        for name, clock in (
+            ("GFX", "graphics"),
+            ("MEM", "memory"),
+            ("SOC", "soc"),
+            ("VCLK0", "video"),
+            ("DCLK0", "decode"),
+        ):
+            info = self._q(f, where, lib.amdsmi_get_clock_info, h, lib.AmdSmiClkType[name]) or {}
+            mhz = f.num(info.get("clk"), f"{where}.clock.{name}.clk")
+            s.add(CLOCK, None if mhz is None else mhz * 1e6, clock=clock)
+            top = f.num(info.get("max_clk"), f"{where}.clock.{name}.max_clk")
+            s.add(CLOCK_MAX, None if top is None else top * 1e6, clock=clock)
+        vram = lib.AmdSmiMemoryType.VRAM
+        s.add(MEMORY_USAGE, f.num(self._q(f, where, lib.amdsmi_get_gpu_memory_usage, h, vram), f"{where}.vram_used"))
+        s.add(MEMORY_LIMIT, f.num(self._q(f, where, lib.amdsmi_get_gpu_memory_total, h, vram), f"{where}.vram_total"))
+        energy = self._q(f, where, lib.amdsmi_get_energy_count, h) or {}
+        acc = f.num(energy.get("energy_accumulator"), f"{where}.energy_accumulator")
+        res = f.num(energy.get("counter_resolution"), f"{where}.counter_resolution")
+        s.add(ENERGY, None if acc is None or res is None else acc * res * 1e-6)
+        ecc = self._q(f, where, lib.amdsmi_get_gpu_total_ecc_count, h) or {}
+        s.add(ERRORS, f.num(ecc.get("correctable_count"), f"{where}.correctable_count"), error_type="corrected")
+        s.add(ERRORS, f.num(ecc.get("uncorrectable_count"), f"{where}.uncorrectable_count"), error_type="uncorrected")
+        metrics = self._q(f, where, lib.amdsmi_get_gpu_metrics_info, h) or {}
+        bits = metrics.get("indep_throttle_status")
+        if isinstance(bits, int) and not isinstance(bits, bool):
+            reasons = gpu_metrics.throttle_reasons(bits)
+            for reason in THROTTLE_REASONS:
+                s.add(THROTTLE, float(reasons[reason]), reason=reason)
+        return s
+
+
+def _pct(f: Fields, value: Any, path: str) -> float | None:
+    v = f.num(value, path)
+    return None if v is None else v / 100.0

@@ -1,0 +1,190 @@
+"""What every GPU telemetry backend produces: GPUs, their readings, and the problems met on the way.
+
+A backend returns a ``Snapshot``: one ``GpuSample`` per GPU it could read (its identity and its
+readings, already in base units with their OpenTelemetry names) and the ``FieldProblem``s it met
+(a value that is not a number, a section of the wrong shape), each naming the file or backend and
+the field, so that bad input is reported precisely while the good readings around it are kept.
+``to_table`` turns readings into the long-form ``telemetry`` Arrow schema (one row per reading).
+
+Names and units (DESIGN section 5, issue 5): OpenTelemetry hardware semantic conventions where
+they exist, ``aaco.gpu.*`` where they do not; UCUM units; ratios 0..1, bytes, watts, joules, hertz.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+import pyarrow as pa
+
+from aaco.agent.pipeline.schemas import ATTRS
+
+# metric name -> unit. The telemetry analyzer maps each to its Prometheus definition.
+UTILIZATION: Final = "hw.gpu.utilization"  # ratio of time the graphics/compute engine was busy
+MEMORY_UTILIZATION: Final = "aaco.gpu.memory.utilization"  # ratio of time the memory controller was busy
+MEMORY_USAGE: Final = "hw.gpu.memory.usage"
+MEMORY_LIMIT: Final = "hw.gpu.memory.limit"
+POWER: Final = "hw.power"
+ENERGY: Final = "hw.energy"
+TEMPERATURE: Final = "hw.temperature"  # attribute sensor: edge | junction | memory
+CLOCK: Final = "aaco.gpu.clock.frequency"  # attribute clock: graphics | sm | memory | soc | video | ...
+CLOCK_MAX: Final = "aaco.gpu.clock.max"
+THROTTLE: Final = "aaco.gpu.throttle.active"  # attribute reason: power | thermal | current | other
+ERRORS: Final = "hw.errors"  # attribute error.type: corrected | uncorrected | lost
+UP: Final = "aaco.gpu.up"
+
+UNITS: Final[dict[str, str]] = {
+    UTILIZATION: "1",
+    MEMORY_UTILIZATION: "1",
+    MEMORY_USAGE: "By",
+    MEMORY_LIMIT: "By",
+    POWER: "W",
+    ENERGY: "J",
+    TEMPERATURE: "Cel",
+    CLOCK: "Hz",
+    CLOCK_MAX: "Hz",
+    THROTTLE: "1",
+    ERRORS: "{error}",
+    UP: "1",
+}
+
+# The attribute that distinguishes series of one metric on one GPU.
+SERIES_ATTRIBUTE: Final[dict[str, str]] = {
+    TEMPERATURE: "sensor",
+    CLOCK: "clock",
+    CLOCK_MAX: "clock",
+    THROTTLE: "reason",
+    ERRORS: "error.type",
+}
+
+THROTTLE_REASONS: Final = ("power", "thermal", "current", "other")
+
+# Identity and placement attributes carried in every row's attribute map (OpenTelemetry names).
+ATTR_MODEL: Final = "hw.model"
+ATTR_VENDOR: Final = "hw.vendor"
+ATTR_PCI: Final = "pci.bus_id"
+ATTR_POD: Final = "k8s.pod.name"
+ATTR_NAMESPACE: Final = "k8s.namespace.name"
+ATTR_CONTAINER: Final = "k8s.container.name"
+
+MIB: Final = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class GpuIdentity:
+    """Who a GPU is: its index on the node (the ``device`` column and ``gpu`` label) and what else is known."""
+
+    index: str
+    uuid: str = ""
+    pci_bus: str = ""  # normalised: dddd:bb:dd.f, lower case
+    model: str = ""
+    vendor: str = ""  # amd | nvidia
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One value of one metric, in base units, with its series attribute (sensor, clock, reason, ...)."""
+
+    metric: str
+    value: float
+    attrs: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def unit(self) -> str:
+        """The metric's UCUM unit."""
+        return UNITS[self.metric]
+
+
+@dataclass
+class GpuSample:
+    """Everything read from one GPU in one sample."""
+
+    gpu: GpuIdentity
+    readings: list[Reading] = field(default_factory=list)
+
+    def add(self, metric: str, value: float | None, **attrs: str) -> None:
+        """Add a reading; ``None`` and NaN (a value the tool did not have) are skipped."""
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return
+        # Keyword arguments cannot hold a dot: error_type= stands for the attribute error.type.
+        named = {("error.type" if k == "error_type" else k): v for k, v in attrs.items()}
+        self.readings.append(Reading(metric, float(value), tuple(sorted(named.items()))))
+
+    def has(self, metric: str, **attrs: str) -> bool:
+        """True when a reading of ``metric`` with exactly these attributes is already present."""
+        want = tuple(sorted({("error.type" if k == "error_type" else k): v for k, v in attrs.items()}.items()))
+        return any(r.metric == metric and r.attrs == want for r in self.readings)
+
+
+@dataclass(frozen=True, slots=True)
+class FieldProblem:
+    """A value or section a backend could not use: where (file or backend), which field, why."""
+
+    subject: str
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.subject}: field {self.field}: {self.message}"
+
+
+@dataclass
+class Snapshot:
+    """One sample of every GPU a backend could read."""
+
+    format: str
+    gpus: list[GpuSample] = field(default_factory=list)
+    problems: list[FieldProblem] = field(default_factory=list)
+
+
+def normalize_pci(bus: str) -> str:
+    """``00000000:01:00.0`` (nvidia-smi), ``0000:83:00.0`` (amdgpu) -> ``0000:83:00.0`` (lower case)."""
+    bus = bus.strip().lower()
+    if not bus:
+        return ""
+    domain, sep, rest = bus.partition(":")
+    if not sep:
+        return bus
+    if rest.count(":") == 0:  # bb:dd.f without a domain
+        return f"0000:{bus}"
+    return f"{domain[-4:].rjust(4, '0')}:{rest}"
+
+
+def to_table(
+    samples: Iterable[GpuSample],
+    *,
+    ts_ns: int,
+    node: str,
+    source: str,
+    extra: Mapping[str, Mapping[str, str]] | None = None,
+) -> pa.Table:
+    """Long-form ``telemetry`` rows: one per reading, the GPU's identity (and ``extra[index]``) in attributes."""
+    cols: dict[str, list] = {k: [] for k in ("device", "metric", "value", "unit", "gpu_uuid", "attributes")}
+    for s in samples:
+        ident = {ATTR_MODEL: s.gpu.model, ATTR_VENDOR: s.gpu.vendor, ATTR_PCI: s.gpu.pci_bus}
+        ident = {k: v for k, v in ident.items() if v}
+        if extra and s.gpu.index in extra:
+            ident.update(extra[s.gpu.index])
+        for r in s.readings:
+            cols["device"].append(s.gpu.index)
+            cols["metric"].append(r.metric)
+            cols["value"].append(r.value)
+            cols["unit"].append(r.unit)
+            cols["gpu_uuid"].append(s.gpu.uuid or None)
+            cols["attributes"].append(list({**ident, **dict(r.attrs)}.items()))
+    n = len(cols["metric"])
+    return pa.table(
+        {
+            "ts_ns": pa.array([ts_ns] * n, pa.int64()),
+            "node": pa.array([node] * n, pa.string()),
+            "device": pa.array(cols["device"], pa.string()),
+            "metric": pa.array(cols["metric"], pa.string()),
+            "value": pa.array(cols["value"], pa.float64()),
+            "unit": pa.array(cols["unit"], pa.string()),
+            "gpu_uuid": pa.array(cols["gpu_uuid"], pa.string()),
+            "attributes": pa.array(cols["attributes"], ATTRS),
+            "source": pa.array([source] * n, pa.string()),
+        }
+    )

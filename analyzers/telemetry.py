@@ -1,0 +1,264 @@
+"""GPU telemetry as metrics: the latest reading of every series, per GPU and pod.
+
+The ``smi`` source publishes long-form ``telemetry`` rows (one per reading); this analyzer keeps
+the latest value of each series and renders it under its registered definition, so the same
+readings reach Prometheus (``aaco_gpu_*``, base units) and OTLP (the OpenTelemetry names). A
+series is one metric of one GPU (node, index, UUID) from one source, with its distinguishing
+attribute (sensor, clock, throttle reason, error type); its labels (model, pod, namespace,
+container) are those of its latest reading, so a GPU that moves to another pod changes labels
+instead of leaving a frozen series behind. Series not updated for ``stale_after_s`` of data time
+are forgotten; at most ``max_series`` are kept (further ones are dropped and counted, as are rows
+of metrics this analyzer does not know).
+
+Prometheus label names cannot hold dots, so OpenTelemetry's ``error.type`` is ``error_type``
+there; the other labels are ``node, gpu, gpu_uuid, model, pod, namespace, container`` (empty, so
+absent to Prometheus, when not known). With ``compat`` set on a source, its readings are also
+rendered under AMD device-metrics-exporter or dcgm-exporter names (``telemetry_compat``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from aaco.agent.pipeline.schemas import EventBatch
+from aaco.agent.pipeline.signals import MetricDef, MetricPoint, define
+from aaco.agent.sources.smi import model as m
+
+from .base import Analyzer
+from .telemetry_compat import compat_points
+
+BASE_LABELS: Final = ("node", "gpu", "gpu_uuid", "model", "pod", "namespace", "container")
+
+
+def _gpu_metric(otel: str, prom: str, kind: str, unit: str, description: str, extra: str = "") -> MetricDef:
+    return define(otel, prom, kind, unit, description, BASE_LABELS + ((extra,) if extra else ()))  # type: ignore[arg-type]
+
+
+UTILIZATION = _gpu_metric(
+    m.UTILIZATION,
+    "aaco_gpu_utilization_ratio",
+    "gauge",
+    "1",
+    "Share of time the GPU's graphics/compute engine was busy.",
+)
+MEMORY_UTILIZATION = _gpu_metric(
+    m.MEMORY_UTILIZATION,
+    "aaco_gpu_memory_utilization_ratio",
+    "gauge",
+    "1",
+    "Share of time the GPU's memory controller was busy.",
+)
+MEMORY_USAGE = _gpu_metric(m.MEMORY_USAGE, "aaco_gpu_memory_usage_bytes", "gauge", "By", "GPU memory (VRAM) in use.")
+MEMORY_LIMIT = _gpu_metric(m.MEMORY_LIMIT, "aaco_gpu_memory_limit_bytes", "gauge", "By", "GPU memory (VRAM) size.")
+POWER = _gpu_metric(m.POWER, "aaco_gpu_power_watts", "gauge", "W", "GPU (socket / board) power draw.")
+ENERGY = _gpu_metric(m.ENERGY, "aaco_gpu_energy_joules", "counter", "J", "Energy the GPU consumed (its own counter).")
+TEMPERATURE = _gpu_metric(
+    m.TEMPERATURE,
+    "aaco_gpu_temperature_celsius",
+    "gauge",
+    "Cel",
+    "GPU temperature by sensor: edge (NVIDIA: the core sensor), junction (hotspot), memory.",
+    "sensor",
+)
+CLOCK = _gpu_metric(
+    m.CLOCK,
+    "aaco_gpu_clock_hertz",
+    "gauge",
+    "Hz",
+    "Current clock by domain: graphics, sm, memory, soc, fabric, video, decode, dcef.",
+    "clock",
+)
+CLOCK_MAX = _gpu_metric(m.CLOCK_MAX, "aaco_gpu_clock_max_hertz", "gauge", "Hz", "Highest clock of a domain.", "clock")
+THROTTLE = _gpu_metric(
+    m.THROTTLE,
+    "aaco_gpu_throttle_active",
+    "gauge",
+    "1",
+    "1 while the GPU is throttled for a reason: power, thermal, current, other (0 when not).",
+    "reason",
+)
+ERRORS = _gpu_metric(
+    m.ERRORS,
+    "aaco_gpu_errors",
+    "counter",
+    "{error}",
+    "GPU errors by type (OpenTelemetry error.type): ECC corrected, uncorrected; lost (times the GPU went missing).",
+    "error_type",
+)
+UP = _gpu_metric(
+    m.UP, "aaco_gpu_up", "gauge", "1", "1 while the GPU answers its telemetry backend, 0 when it vanished."
+)
+SERIES = define(
+    "aaco.telemetry.series", "aaco_telemetry_series", "gauge", "{series}", "GPU telemetry series kept by the analyzer."
+)
+SERIES_DROPPED = define(
+    "aaco.telemetry.series_dropped",
+    "aaco_telemetry_series_dropped",
+    "counter",
+    "{series}",
+    "Telemetry readings not kept: max_series (the series cap was reached), unknown_metric.",
+    ("reason",),
+)
+
+DEFINITIONS: Final[dict[str, MetricDef]] = {
+    m.UTILIZATION: UTILIZATION,
+    m.MEMORY_UTILIZATION: MEMORY_UTILIZATION,
+    m.MEMORY_USAGE: MEMORY_USAGE,
+    m.MEMORY_LIMIT: MEMORY_LIMIT,
+    m.POWER: POWER,
+    m.ENERGY: ENERGY,
+    m.TEMPERATURE: TEMPERATURE,
+    m.CLOCK: CLOCK,
+    m.CLOCK_MAX: CLOCK_MAX,
+    m.THROTTLE: THROTTLE,
+    m.ERRORS: ERRORS,
+    m.UP: UP,
+}
+
+
+@dataclass(slots=True)
+class Series:
+    """The latest reading of one series."""
+
+    metric: str
+    attr: str  # the value of the metric's series attribute ("" when it has none)
+    labels: dict[str, str]  # BASE_LABELS
+    value: float
+    ts_ns: int
+    source: str
+    vendor: str
+    pci_bus: str
+
+    def labels_for(self, metric: MetricDef) -> dict[str, str]:
+        """Labels of this series under ``metric`` (the base labels plus its series attribute)."""
+        extra = {k: self.attr for k in metric.labels if k not in self.labels}
+        return {**self.labels, **extra}
+
+
+@dataclass(frozen=True)
+class TelemetryResult:
+    """The latest value of every series, and what was dropped."""
+
+    series: tuple[Series, ...]
+    dropped: Mapping[str, int]
+    compat: Mapping[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Per GPU: identity, pod, and its latest readings (``metric{attr}`` -> value)."""
+        gpus: dict[tuple[str, ...], dict[str, Any]] = {}
+        for s in self.series:
+            key = (s.source, s.labels["node"], s.labels["gpu"], s.labels["gpu_uuid"])
+            g = gpus.setdefault(key, {**s.labels, "source": s.source, "readings": {}})
+            name = s.metric + (f"{{{m.SERIES_ATTRIBUTE[s.metric]}={s.attr}}}" if s.attr else "")
+            g["readings"][name] = s.value
+        return {"gpus": list(gpus.values()), "series": len(self.series), "dropped": dict(self.dropped)}
+
+    def points(self) -> list[MetricPoint]:
+        """Every series under its definition (plus compatibility names where asked), and the analyzer's counters."""
+        newest: dict[tuple[MetricDef, tuple[tuple[str, str], ...]], tuple[int, MetricPoint]] = {}
+
+        def put(point: MetricPoint, ts_ns: int) -> None:
+            key = (point.metric, tuple(sorted(point.labels.items())))
+            if key not in newest or newest[key][0] <= ts_ns:  # two sources, same labels: the newest wins
+                newest[key] = (ts_ns, point)
+
+        for s in self.series:
+            d = DEFINITIONS[s.metric]
+            put(MetricPoint(d, s.labels_for(d), s.value, s.ts_ns), s.ts_ns)
+        for point, ts_ns in compat_points(self.series, self.compat):
+            put(point, ts_ns)
+        out = [p for _, p in newest.values()]
+        out.append(MetricPoint(SERIES, {}, float(len(self.series))))
+        for reason in ("max_series", "unknown_metric"):
+            out.append(MetricPoint(SERIES_DROPPED, {"reason": reason}, float(self.dropped.get(reason, 0))))
+        return out
+
+
+class TelemetryAnalyzer(Analyzer):
+    """Keeps the latest value of every GPU telemetry series (bounded, with a drop counter)."""
+
+    name = "telemetry"
+    kinds = frozenset({"telemetry"})
+
+    def __init__(
+        self, max_series: int = 10_000, stale_after_s: float = 300.0, compat: Mapping[str, str] | None = None
+    ) -> None:
+        self.max_series = max_series
+        self.stale_after_ns = int(stale_after_s * 1e9)
+        self.compat = dict(compat or {})
+        self._series: dict[tuple[str, ...], Series] = {}
+        self._dropped: Counter[str] = Counter()
+        self._newest = 0
+
+    @classmethod
+    def from_config(cls, config: Any) -> TelemetryAnalyzer:
+        """The analyzer for an agent configuration: compatibility names as each ``smi`` source asks."""
+        from aaco.agent.config import source_names
+
+        compat = {
+            name: src.compat
+            for name, src in zip(source_names(config), config.sources, strict=True)
+            if getattr(src, "type", "") == "smi" and src.compat != "off"
+        }
+        slowest = max((src.interval_s for src in config.sources if getattr(src, "type", "") == "smi"), default=1.0)
+        return cls(stale_after_s=max(300.0, 10 * slowest), compat=compat)
+
+    def update(self, item: EventBatch) -> None:
+        """Fold a telemetry batch in: the latest row of each series wins."""
+        b = item.batch
+        if b.num_rows == 0:
+            return
+        cols = {
+            c: b.column(c).to_pylist() for c in ("ts_ns", "node", "device", "metric", "value", "gpu_uuid", "source")
+        }
+        attrs = b.column("attributes").to_pylist()
+        for i, metric in enumerate(cols["metric"]):
+            if metric not in DEFINITIONS:
+                self._dropped["unknown_metric"] += 1
+                continue
+            a = dict(attrs[i] or ())
+            attr = a.get(m.SERIES_ATTRIBUTE.get(metric, ""), "")
+            source = cols["source"][i] or item.source
+            uuid = cols["gpu_uuid"][i] or ""
+            key = (source, cols["node"][i], cols["device"][i], uuid, metric, attr)
+            ts = cols["ts_ns"][i]
+            old = self._series.get(key)
+            if old is None and len(self._series) >= self.max_series:
+                self._dropped["max_series"] += 1
+                continue
+            if old is not None and old.ts_ns > ts:
+                continue  # an older reading arriving late
+            self._series[key] = Series(
+                metric,
+                attr,
+                {
+                    "node": cols["node"][i],
+                    "gpu": cols["device"][i],
+                    "gpu_uuid": uuid,
+                    "model": a.get(m.ATTR_MODEL, ""),
+                    "pod": a.get(m.ATTR_POD, ""),
+                    "namespace": a.get(m.ATTR_NAMESPACE, ""),
+                    "container": a.get(m.ATTR_CONTAINER, ""),
+                },
+                float(cols["value"][i]),
+                ts,
+                source,
+                a.get(m.ATTR_VENDOR, ""),
+                a.get(m.ATTR_PCI, ""),
+            )
+            self._newest = max(self._newest, ts)
+        horizon = self._newest - self.stale_after_ns
+        stale = [k for k, s in self._series.items() if s.ts_ns < horizon]
+        for k in stale:
+            del self._series[k]
+
+    def snapshot(self) -> TelemetryResult:
+        """The latest values (an immutable copy)."""
+        series = tuple(
+            Series(s.metric, s.attr, dict(s.labels), s.value, s.ts_ns, s.source, s.vendor, s.pci_bus)
+            for s in self._series.values()
+        )
+        return TelemetryResult(series, dict(self._dropped), dict(self.compat))

@@ -1,0 +1,242 @@
+"""Test doubles of the vendor libraries with their API shapes (not a test module).
+
+``FakeNvml`` mimics nvidia-ml-py (``pynvml``): the same function and constant names, the same
+return shapes (objects with ``.gpu``/``.memory``, ``.used``/``.total``, ``.busId``), NVML errors
+as ``NVMLError`` with ``.value``. ``FakeAmdSmi`` mimics the AMD SMI Python library (``amdsmi``, as
+shipped in ROCm 7.0): ``amdsmi_*`` functions returning dicts, IntEnum-like constants,
+``AmdSmiLibraryException`` with ``err_code``.
+"""
+
+from __future__ import annotations
+
+import enum
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class NVMLError(Exception):
+    def __init__(self, value: int) -> None:
+        super().__init__(f"NVML error {value}")
+        self.value = value
+
+
+@dataclass
+class FakeGpu:
+    name: str = "NVIDIA H100 80GB HBM3"
+    uuid: str = "GPU-11111111-2222-3333-4444-555555555555"
+    bus_id: str = "00000000:18:00.0"
+    util: tuple[int, int] = (87, 40)
+    mem: tuple[int, int] = (30 * 2**30, 80 * 2**30)
+    power_mw: int = 350_000
+    energy_mj: int = 123_456_789
+    temp: int = 61
+    clocks: dict[int, int] = field(default_factory=lambda: {0: 1755, 1: 1755, 2: 2619, 3: 1500})
+    max_clocks: dict[int, int] = field(default_factory=lambda: {0: 1980, 1: 1980, 2: 2619, 3: 1755})
+    reasons: int = 0
+    ecc: tuple[int, int] = (3, 0)
+    lost: bool = False
+    unsupported: set[str] = field(default_factory=set)
+
+
+def fake_nvml(gpus: list[FakeGpu]) -> types.ModuleType:
+    """A module with nvidia-ml-py's names over ``gpus``."""
+    mod = types.ModuleType("pynvml")
+    mod.NVMLError = NVMLError
+    mod.NVML_ERROR_NOT_SUPPORTED = 3
+    mod.NVML_ERROR_GPU_IS_LOST = 15
+    mod.NVML_TEMPERATURE_GPU = 0
+    mod.NVML_CLOCK_GRAPHICS, mod.NVML_CLOCK_SM, mod.NVML_CLOCK_MEM, mod.NVML_CLOCK_VIDEO = 0, 1, 2, 3
+    mod.NVML_MEMORY_ERROR_TYPE_CORRECTED, mod.NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 0, 1
+    mod.NVML_AGGREGATE_ECC = 1
+    mod.nvmlClocksEventReasonGpuIdle = 0x1
+    mod.nvmlClocksEventReasonSwPowerCap = 0x4
+    mod.nvmlClocksEventReasonHwSlowdown = 0x8
+    mod.nvmlClocksEventReasonSyncBoost = 0x10
+    mod.nvmlClocksEventReasonSwThermalSlowdown = 0x20
+    mod.nvmlClocksEventReasonHwThermalSlowdown = 0x40
+    mod.nvmlClocksEventReasonHwPowerBrakeSlowdown = 0x80
+    mod.calls = []
+    state = {"init": 0, "shutdown": 0}
+    mod.state = state
+
+    def handle(fn: str, g: FakeGpu) -> FakeGpu:
+        mod.calls.append(fn)
+        if g.lost:
+            raise NVMLError(15)
+        if fn in g.unsupported:
+            raise NVMLError(3)
+        return g
+
+    def nvmlInit() -> None:
+        state["init"] += 1
+
+    def nvmlShutdown() -> None:
+        state["shutdown"] += 1
+
+    def nvmlDeviceGetCount() -> int:
+        return len(gpus)
+
+    def nvmlDeviceGetHandleByIndex(i: int) -> FakeGpu:
+        return gpus[i]
+
+    def nvmlDeviceGetName(h: FakeGpu) -> str:
+        return handle("nvmlDeviceGetName", h).name
+
+    def nvmlDeviceGetUUID(h: FakeGpu) -> str:
+        return handle("nvmlDeviceGetUUID", h).uuid
+
+    def nvmlDeviceGetPciInfo(h: FakeGpu) -> Any:
+        return types.SimpleNamespace(busId=handle("nvmlDeviceGetPciInfo", h).bus_id.encode())
+
+    def nvmlDeviceGetUtilizationRates(h: FakeGpu) -> Any:
+        g = handle("nvmlDeviceGetUtilizationRates", h)
+        return types.SimpleNamespace(gpu=g.util[0], memory=g.util[1])
+
+    def nvmlDeviceGetMemoryInfo(h: FakeGpu) -> Any:
+        g = handle("nvmlDeviceGetMemoryInfo", h)
+        return types.SimpleNamespace(used=g.mem[0], total=g.mem[1], free=g.mem[1] - g.mem[0])
+
+    def nvmlDeviceGetPowerUsage(h: FakeGpu) -> int:
+        return handle("nvmlDeviceGetPowerUsage", h).power_mw
+
+    def nvmlDeviceGetTotalEnergyConsumption(h: FakeGpu) -> int:
+        return handle("nvmlDeviceGetTotalEnergyConsumption", h).energy_mj
+
+    def nvmlDeviceGetTemperature(h: FakeGpu, sensor: int) -> int:
+        assert sensor == 0
+        return handle("nvmlDeviceGetTemperature", h).temp
+
+    def nvmlDeviceGetClockInfo(h: FakeGpu, kind: int) -> int:
+        return handle("nvmlDeviceGetClockInfo", h).clocks[kind]
+
+    def nvmlDeviceGetMaxClockInfo(h: FakeGpu, kind: int) -> int:
+        return handle("nvmlDeviceGetMaxClockInfo", h).max_clocks[kind]
+
+    def nvmlDeviceGetCurrentClocksEventReasons(h: FakeGpu) -> int:
+        return handle("nvmlDeviceGetCurrentClocksEventReasons", h).reasons
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(h: FakeGpu) -> int:
+        return handle("nvmlDeviceGetCurrentClocksThrottleReasons", h).reasons
+
+    def nvmlDeviceGetTotalEccErrors(h: FakeGpu, kind: int, counter: int) -> int:
+        assert counter == 1
+        return handle("nvmlDeviceGetTotalEccErrors", h).ecc[kind]
+
+    for fn in list(locals().values()):
+        if callable(fn) and getattr(fn, "__name__", "").startswith("nvml"):
+            setattr(mod, fn.__name__, fn)
+    return mod
+
+
+class AmdSmiLibraryException(Exception):  # noqa: N818 - the library's name
+    def __init__(self, err_code: int) -> None:
+        super().__init__(err_code)
+        self.err_code = err_code
+
+
+@dataclass
+class FakeAmdGpu:
+    market_name: str = "AMD Instinct MI300X"
+    uuid: str = "5fff74a1-0000-1000-80a5-b3d9b9ae3b6c"
+    bdf: str = "0000:0c:00.0"
+    gfx_activity: int | str = 92
+    umc_activity: int | str = 35
+    power: dict[str, Any] = field(
+        default_factory=lambda: {"socket_power": 610, "current_socket_power": 610, "average_socket_power": "N/A"}
+    )
+    temps: dict[str, int] = field(default_factory=lambda: {"EDGE": 0, "HOTSPOT": 71, "VRAM": 58})
+    clocks: dict[str, dict[str, Any]] = field(
+        default_factory=lambda: {
+            "GFX": {"clk": 2100, "min_clk": 500, "max_clk": 2100},
+            "MEM": {"clk": 1300, "min_clk": 900, "max_clk": 1300},
+        }
+    )
+    vram: tuple[int, int] = (100 * 2**30, 192 * 2**30)
+    energy: dict[str, Any] = field(
+        default_factory=lambda: {"energy_accumulator": 1_000_000, "counter_resolution": 15.3, "timestamp": 1}
+    )
+    indep_throttle_status: int | str = 1 << 32  # TEMP_GPU: thermal
+    gone: bool = False
+
+
+def fake_amdsmi(gpus: list[FakeAmdGpu]) -> types.ModuleType:
+    """A module with the AMD SMI library's names over ``gpus``."""
+    mod = types.ModuleType("amdsmi")
+    mod.AmdSmiLibraryException = AmdSmiLibraryException
+    mod.AmdSmiInitFlags = enum.IntEnum("AmdSmiInitFlags", {"INIT_AMD_GPUS": 2})
+    mod.AmdSmiTemperatureType = enum.IntEnum(
+        "AmdSmiTemperatureType", {"EDGE": 0, "HOTSPOT": 1, "JUNCTION": 1, "VRAM": 2}
+    )
+    mod.AmdSmiTemperatureMetric = enum.IntEnum("AmdSmiTemperatureMetric", {"CURRENT": 0, "MAX": 1})
+    mod.AmdSmiClkType = enum.IntEnum(
+        "AmdSmiClkType", {"SYS": 0, "GFX": 0, "DF": 1, "DCEF": 2, "SOC": 3, "MEM": 4, "VCLK0": 6, "DCLK0": 8}
+    )
+    mod.AmdSmiMemoryType = enum.IntEnum("AmdSmiMemoryType", {"VRAM": 0, "VIS_VRAM": 1, "GTT": 2})
+    state = {"init": 0, "shutdown": 0}
+    mod.state = state
+
+    def g_(h: FakeAmdGpu) -> FakeAmdGpu:
+        if h.gone:
+            raise AmdSmiLibraryException(31)  # AMDSMI_STATUS_NOT_FOUND
+        return h
+
+    def amdsmi_init(flag: int = 2) -> None:
+        state["init"] += 1
+
+    def amdsmi_shut_down() -> None:
+        state["shutdown"] += 1
+
+    def amdsmi_get_processor_handles() -> list[FakeAmdGpu]:
+        return list(gpus)
+
+    def amdsmi_get_gpu_asic_info(h: FakeAmdGpu) -> dict[str, Any]:
+        return {"market_name": g_(h).market_name, "vendor_id": 0x1002, "device_id": 0x74A1}
+
+    def amdsmi_get_gpu_device_uuid(h: FakeAmdGpu) -> str:
+        return g_(h).uuid
+
+    def amdsmi_get_gpu_device_bdf(h: FakeAmdGpu) -> str:
+        return g_(h).bdf
+
+    def amdsmi_get_gpu_activity(h: FakeAmdGpu) -> dict[str, Any]:
+        g = g_(h)
+        return {"gfx_activity": g.gfx_activity, "umc_activity": g.umc_activity, "mm_activity": "N/A"}
+
+    def amdsmi_get_power_info(h: FakeAmdGpu) -> dict[str, Any]:
+        return dict(g_(h).power)
+
+    def amdsmi_get_temp_metric(h: FakeAmdGpu, sensor: Any, metric: Any) -> int:
+        g = g_(h)
+        name = {0: "EDGE", 1: "HOTSPOT", 2: "VRAM"}[int(sensor)]
+        if g.temps.get(name) is None:
+            raise AmdSmiLibraryException(2)  # AMDSMI_STATUS_NOT_SUPPORTED
+        return g.temps[name]
+
+    def amdsmi_get_clock_info(h: FakeAmdGpu, clk: Any) -> dict[str, Any]:
+        g = g_(h)
+        name = {0: "GFX", 4: "MEM", 3: "SOC", 6: "VCLK0", 8: "DCLK0"}.get(int(clk), "")
+        if name not in g.clocks:
+            raise AmdSmiLibraryException(2)
+        return {**g.clocks[name], "clk_locked": "N/A", "clk_deep_sleep": "N/A"}
+
+    def amdsmi_get_gpu_memory_usage(h: FakeAmdGpu, kind: Any) -> int:
+        return g_(h).vram[0]
+
+    def amdsmi_get_gpu_memory_total(h: FakeAmdGpu, kind: Any) -> int:
+        return g_(h).vram[1]
+
+    def amdsmi_get_energy_count(h: FakeAmdGpu) -> dict[str, Any]:
+        return dict(g_(h).energy)
+
+    def amdsmi_get_gpu_total_ecc_count(h: FakeAmdGpu) -> dict[str, Any]:
+        g_(h)
+        return {"correctable_count": 4, "uncorrectable_count": 1, "deferred_count": 0}
+
+    def amdsmi_get_gpu_metrics_info(h: FakeAmdGpu) -> dict[str, Any]:
+        return {"common_header.format_revision": 1, "indep_throttle_status": g_(h).indep_throttle_status}
+
+    for fn in list(locals().values()):
+        if callable(fn) and getattr(fn, "__name__", "").startswith("amdsmi_"):
+            setattr(mod, fn.__name__, fn)
+    return mod

@@ -1,0 +1,363 @@
+"""The telemetry parsers against the real captures in ../shared/samples: exact acceptance values, units,
+throttle reasons, and bad input reported with the file and field at fault."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from aaco.agent.sources.smi import gpu_metrics, ttar
+from aaco.agent.sources.smi.amd_smi import parse_amd_smi
+from aaco.agent.sources.smi.capture import read_capture, sniff
+from aaco.agent.sources.smi.model import GpuSample, Snapshot, normalize_pci, to_table
+from aaco.agent.sources.smi.nvidia_smi import parse_nvidia_smi
+from aaco.agent.sources.smi.rocm_smi import parse_rocm_smi
+from aaco.agent.sources.smi.sysfs import DirTree, read_sysfs
+from aaco.agent.sources.smi.values import TelemetryFormatError, number, scale
+
+
+def value(snap: Snapshot, gpu: str, metric: str, **attrs: str) -> float:
+    """The one reading of ``metric`` with ``attrs`` on GPU ``gpu`` (fails if absent or repeated)."""
+    named = {("error.type" if k == "error_type" else k): v for k, v in attrs.items()}
+    hits = [
+        r.value
+        for s in snap.gpus
+        if s.gpu.index == gpu
+        for r in s.readings
+        if r.metric == metric and dict(r.attrs) == named
+    ]
+    assert len(hits) == 1, f"{metric}{attrs} on gpu {gpu}: {hits}"
+    return hits[0]
+
+
+def gpu(snap: Snapshot, index: str) -> GpuSample:
+    return next(s for s in snap.gpus if s.gpu.index == index)
+
+
+# -- rocm-smi ------------------------------------------------------------------------------------
+
+
+def test_rocm_smi_acceptance_values(samples: Path):
+    path = samples / "rocm-smi" / "mi100_rocm602.json"
+    snap = parse_rocm_smi(json.loads(path.read_text()), str(path))
+    assert len(snap.gpus) == 4
+    assert [s.gpu.index for s in snap.gpus] == ["0", "1", "2", "3"]
+    assert value(snap, "0", "hw.temperature", sensor="junction") == 55.0
+    assert value(snap, "0", "hw.power") == 36.0
+    assert value(snap, "0", "hw.gpu.memory.usage") == 6750208
+    assert value(snap, "0", "hw.gpu.memory.limit") == 34342961152
+    assert value(snap, "0", "aaco.gpu.clock.frequency", clock="graphics") == 300e6
+    assert value(snap, "0", "hw.temperature", sensor="edge") == 53.0
+    assert value(snap, "0", "aaco.gpu.clock.frequency", clock="memory") == 1200e6
+    assert value(snap, "1", "hw.temperature", sensor="junction") == 58.0
+    assert value(snap, "1", "hw.power") == 44.0
+    g = gpu(snap, "0").gpu
+    assert (g.pci_bus, g.uuid, g.model, g.vendor) == (
+        "0000:83:00.0",
+        "0x79ccd55167a2124a",
+        "Arcturus GL-XL [Instinct MI100]",
+        "amd",
+    )
+    assert snap.problems == []  # stray numeric keys ("0": "16.0GT/s x16 *") are not problems
+
+
+def test_rocm_smi_bad_value_names_file_and_field_and_keeps_the_rest(samples: Path):
+    doc = json.loads((samples / "rocm-smi" / "mi100_rocm602.json").read_text())
+    doc["card0"]["Temperature (Sensor junction) (C)"] = "hot"
+    snap = parse_rocm_smi(doc, "caps/rocm.json")
+    assert [str(p) for p in snap.problems] == [
+        "caps/rocm.json: field card0.\"Temperature (Sensor junction) (C)\": not a number: 'hot'"
+    ]
+    assert value(snap, "0", "hw.power") == 36.0
+    assert value(snap, "1", "hw.temperature", sensor="junction") == 58.0
+
+
+def test_rocm_smi_newer_power_key_and_not_a_rocm_document():
+    snap = parse_rocm_smi(
+        {"card0": {"Current Socket Graphics Package Power (W)": "120.5", "Average Graphics Package Power (W)": "N/A"}},
+        "x",
+    )
+    assert value(snap, "0", "hw.power") == 120.5
+    with pytest.raises(TelemetryFormatError, match="x: not rocm-smi JSON"):
+        parse_rocm_smi({"system": {}}, "x")
+
+
+# -- amd-smi -------------------------------------------------------------------------------------
+
+
+def test_amd_smi_acceptance_values(samples: Path):
+    path = samples / "amd-smi" / "amd-smi-metric.json"
+    snap = parse_amd_smi(json.loads(path.read_text()), str(path))
+    assert len(snap.gpus) == 1
+    assert value(snap, "0", "hw.temperature", sensor="junction") == 49.0  # amd-smi "hotspot"
+    assert value(snap, "0", "hw.power") == 34.0
+    assert value(snap, "0", "aaco.gpu.clock.frequency", clock="graphics") == 60e6
+    assert value(snap, "0", "aaco.gpu.clock.max", clock="graphics") == 1760e6
+    assert value(snap, "0", "hw.temperature", sensor="edge") == 43.0
+    assert value(snap, "0", "hw.temperature", sensor="memory") == 56.0
+    assert value(snap, "0", "hw.gpu.memory.usage") == 1758 * 2**20
+    assert value(snap, "0", "hw.gpu.memory.limit") == 46064 * 2**20
+    assert value(snap, "0", "hw.errors", error_type="uncorrected") == 0
+    assert snap.problems == []
+
+
+def test_amd_smi_throttle_status_throttled_reads_reason_other(samples: Path):
+    snap = parse_amd_smi(json.loads((samples / "amd-smi" / "amd-smi-metric.json").read_text()), "x")
+    assert value(snap, "0", "aaco.gpu.throttle.active", reason="other") == 1.0
+
+
+def test_amd_smi_violation_status_names_the_reason_and_gpu_data_wrapper(samples: Path):
+    doc = json.loads((samples / "amd-smi" / "amd-smi-metric.json").read_text())
+    doc[0]["throttle"]["ppt_violation_status"] = "ACTIVE"
+    doc[0]["throttle"]["socket_thermal_violation_status"] = "NOT ACTIVE"
+    snap = parse_amd_smi({"gpu_data": doc}, "x")
+    assert value(snap, "0", "aaco.gpu.throttle.active", reason="power") == 1.0
+    assert value(snap, "0", "aaco.gpu.throttle.active", reason="thermal") == 0.0
+    assert value(snap, "0", "aaco.gpu.throttle.active", reason="other") == 0.0
+    unthrottled = copy.deepcopy(doc)
+    unthrottled[0]["power"]["throttle_status"] = "UNTHROTTLED"
+    snap = parse_amd_smi(unthrottled, "x")
+    for reason in ("power", "thermal", "current", "other"):
+        assert value(snap, "0", "aaco.gpu.throttle.active", reason=reason) == 0.0
+
+
+def test_amd_smi_malformed_fields_are_named(samples: Path):
+    doc = json.loads((samples / "amd-smi" / "amd-smi-metric.json").read_text())
+    doc[0]["power"]["socket_power"] = {"value": "lots", "unit": "W"}
+    doc[0]["temperature"]["edge"] = {"value": 43, "unit": "V"}
+    doc[0]["clock"] = "broken"
+    snap = parse_amd_smi(doc, "cap.json")
+    assert sorted(str(p) for p in snap.problems) == [
+        "cap.json: field gpu[0].clock: expected a section, got str",
+        "cap.json: field gpu[0].power.socket_power.value: not a number: 'lots'",
+        "cap.json: field gpu[0].temperature.edge: unexpected unit 'V' (expected one of c)",
+    ]
+    assert value(snap, "0", "hw.temperature", sensor="junction") == 49.0
+    with pytest.raises(TelemetryFormatError, match="not amd-smi JSON"):
+        parse_amd_smi({"gpus": []}, "cap.json")
+
+
+# -- nvidia-smi ----------------------------------------------------------------------------------
+
+
+def test_nvidia_smi_acceptance_values(samples: Path):
+    path = samples / "nvidia-smi" / "a100-sxm4-v12.xml"
+    snap = parse_nvidia_smi(path.read_bytes(), str(path))
+    assert len(snap.gpus) == 1
+    assert value(snap, "0", "hw.temperature", sensor="edge") == 27.0
+    assert value(snap, "0", "hw.power") == 67.03
+    assert value(snap, "0", "hw.gpu.memory.usage") == 50 * 2**20
+    assert value(snap, "0", "aaco.gpu.clock.frequency", clock="sm") == 1275e6
+    assert value(snap, "0", "aaco.gpu.clock.max", clock="sm") == 1410e6
+    assert value(snap, "0", "hw.temperature", sensor="memory") == 44.0
+    assert value(snap, "0", "hw.gpu.memory.limit") == 81920 * 2**20
+    for reason in ("power", "thermal", "other"):
+        assert value(snap, "0", "aaco.gpu.throttle.active", reason=reason) == 0.0
+    g = snap.gpus[0].gpu
+    assert (g.uuid, g.pci_bus, g.model) == (
+        "GPU-513536b6-7d19-9063-b049-1e69664bb298",
+        "0000:01:00.0",
+        "NVIDIA A100-SXM4-80GB",
+    )
+    assert not any(r.metric == "hw.gpu.utilization" for r in snap.gpus[0].readings)  # N/A under MIG
+
+
+def test_nvidia_smi_active_clock_event_reasons(samples: Path):
+    text = (samples / "nvidia-smi" / "a100-sxm4-v12.xml").read_text()
+    text = text.replace(
+        "<clocks_event_reason_sw_power_cap>Not Active<", "<clocks_event_reason_sw_power_cap>Active<"
+    ).replace(
+        "<clocks_event_reason_hw_thermal_slowdown>Not Active<", "<clocks_event_reason_hw_thermal_slowdown>Active<"
+    )
+    snap = parse_nvidia_smi(text, "x")
+    assert value(snap, "0", "aaco.gpu.throttle.active", reason="power") == 1.0
+    assert value(snap, "0", "aaco.gpu.throttle.active", reason="thermal") == 1.0
+    assert value(snap, "0", "aaco.gpu.throttle.active", reason="other") == 0.0
+
+
+def test_nvidia_smi_bad_input(samples: Path):
+    text = (
+        (samples / "nvidia-smi" / "a100-sxm4-v12.xml").read_text().replace("<power_draw>67.03 W<", "<power_draw>x W<")
+    )
+    snap = parse_nvidia_smi(text, "n.xml")
+    assert [str(p) for p in snap.problems] == ["n.xml: field gpu[0]/gpu_power_readings/power_draw: not a number: 'x W'"]
+    with pytest.raises(TelemetryFormatError, match=r"n\.xml: not nvidia-smi XML"):
+        parse_nvidia_smi(text[:5000], "n.xml")
+
+
+# -- sysfs ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sysfs_root(samples: Path, tmp_path: Path) -> Path:
+    """The real amdgpu sysfs excerpt, unpacked; returns the directory that holds class/drm."""
+    ttar.unpack(ttar.read((samples / "sysfs" / "amdgpu_card0.ttar").read_text()), tmp_path)
+    return tmp_path / "fixtures" / "sys"
+
+
+def test_ttar_unpacks_files_directories_and_links(sysfs_root: Path):
+    dev = sysfs_root / "class" / "drm" / "card0" / "device"
+    assert (dev / "gpu_busy_percent").read_text() == "4\n"
+    assert (dev / "pp_dpm_sclk").read_text().splitlines()[0] == "0: 852Mhz *"
+    assert (dev / "product_name").read_text() == "\n"
+    assert (dev / "driver").is_symlink()
+    assert (dev / "driver").readlink() == Path("../../../../bus/pci/drivers/amdgpu")
+    assert (sysfs_root / "class" / "drm" / "card1").is_dir()
+
+
+def test_ttar_no_newline_base64_and_errors():
+    archive = ttar.read("Path: a\nLines: 2\nfirst\nlastEOF\nMode: 644\nPath: b\nLines: 1|base64\nAAEC\nMode: 444\n")
+    assert archive.files == {"a": b"first\nlast", "b": b"\x00\x01\x02"}
+    with pytest.raises(ttar.TtarError, match="line 2: a: 5 line"):
+        ttar.read("Path: a\nLines: 5\nx\n")
+    with pytest.raises(ttar.TtarError, match="leaves the archive"):
+        ttar.read("Path: ../../etc/passwd\nLines: 0\n")
+
+
+def test_sysfs_acceptance_values(sysfs_root: Path):
+    snap = read_sysfs(DirTree(sysfs_root))
+    assert len(snap.gpus) == 1
+    assert value(snap, "0", "hw.gpu.utilization") == 0.04
+    assert value(snap, "0", "hw.gpu.memory.usage") == 1490378752
+    assert value(snap, "0", "hw.gpu.memory.limit") == 8573157376
+    assert value(snap, "0", "aaco.gpu.clock.frequency", clock="graphics") == 852e6
+    assert value(snap, "0", "aaco.gpu.clock.max", clock="graphics") == 1630e6
+    assert value(snap, "0", "aaco.gpu.clock.frequency", clock="memory") == 167e6
+    g = snap.gpus[0].gpu
+    assert (g.pci_bus, g.uuid, g.model) == ("0000:09:00.0", "0123456789abcdef", "amdgpu 0x687f")
+    assert snap.problems == []
+
+
+def add_hwmon_and_metrics(dev: Path, throttle_bits: int) -> None:
+    hw = dev / "hwmon" / "hwmon3"
+    hw.mkdir(parents=True)
+    for name, text in {
+        "power1_average": "41000000",
+        "temp1_input": "45000",
+        "temp1_label": "edge",
+        "temp2_input": "61000",
+        "temp2_label": "junction",
+        "temp3_input": "52000",
+        "temp3_label": "mem",
+        "freq1_input": "1500000000",
+        "freq1_label": "sclk",
+    }.items():
+        (hw / name).write_text(text + "\n")
+    (dev / "ras").mkdir()
+    (dev / "ras" / "umc_err_count").write_text("ue: 2\nce: 5\n")
+    (dev / "ras" / "gfx_err_count").write_text("ue: 1\nce: 0\n")
+    (dev / "gpu_metrics").write_bytes(gpu_metrics.encode_v1_3(throttle_bits))
+
+
+def test_sysfs_hwmon_ras_and_gpu_metrics_throttle_bits(sysfs_root: Path):
+    dev = sysfs_root / "class" / "drm" / "card0" / "device"
+    add_hwmon_and_metrics(dev, (1 << 4) | (1 << 36))  # SPL (power) and TEMP_HOTSPOT (thermal)
+    snap = read_sysfs(DirTree(sysfs_root))
+    assert value(snap, "0", "hw.power") == 41.0
+    assert value(snap, "0", "hw.temperature", sensor="junction") == 61.0
+    assert value(snap, "0", "hw.temperature", sensor="memory") == 52.0
+    assert value(snap, "0", "aaco.gpu.clock.frequency", clock="graphics") == 1.5e9  # measured beats DPM level
+    assert value(snap, "0", "hw.errors", error_type="uncorrected") == 3
+    assert value(snap, "0", "hw.errors", error_type="corrected") == 5
+    assert value(snap, "0", "aaco.gpu.throttle.active", reason="power") == 1.0
+    assert value(snap, "0", "aaco.gpu.throttle.active", reason="thermal") == 1.0
+    assert value(snap, "0", "aaco.gpu.throttle.active", reason="current") == 0.0
+    assert value(snap, "0", "aaco.gpu.throttle.active", reason="other") == 0.0
+
+
+def test_gpu_metrics_decoding():
+    t = gpu_metrics.decode(gpu_metrics.encode_v1_3(1 << 17))
+    assert (t.version, t.indep_throttle_status) == ("v1.3", 1 << 17)
+    assert gpu_metrics.throttle_reasons(1 << 17) == {"power": False, "current": True, "thermal": False, "other": False}
+    unknown = bytearray(gpu_metrics.encode_v1_3(0))
+    unknown[2:4] = bytes([1, 5])
+    assert gpu_metrics.decode(bytes(unknown)).indep_throttle_status is None  # layout not decoded: no reasons
+    with pytest.raises(ValueError, match="header says 120 bytes, file has 60"):
+        gpu_metrics.decode(gpu_metrics.encode_v1_3(0)[:60])
+
+
+def test_sysfs_bad_values_and_truncated_gpu_metrics(sysfs_root: Path):
+    dev = sysfs_root / "class" / "drm" / "card0" / "device"
+    (dev / "gpu_busy_percent").write_text("busy\n")
+    (dev / "gpu_metrics").write_bytes(gpu_metrics.encode_v1_3(0)[:40])
+    snap = read_sysfs(DirTree(sysfs_root))
+    assert sorted(str(p) for p in snap.problems) == [
+        f"{sysfs_root}: field class/drm/card0/device/gpu_busy_percent: not a number: 'busy'",
+        f"{sysfs_root}: field class/drm/card0/device/gpu_metrics: header says 120 bytes, file has 40",
+    ]
+    assert value(snap, "0", "hw.gpu.memory.usage") == 1490378752
+
+
+# -- the file backend's capture reader -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rel", "fmt", "gpus"),
+    [
+        ("amd-smi/amd-smi-metric.json", "amd-smi", 1),
+        ("rocm-smi/mi100_rocm602.json", "rocm-smi", 4),
+        ("nvidia-smi/a100-sxm4-v12.xml", "nvidia-smi", 1),
+        ("sysfs/amdgpu_card0.ttar", "sysfs", 1),
+    ],
+)
+def test_captures_are_recognised_by_content(samples: Path, rel: str, fmt: str, gpus: int):
+    assert sniff((samples / rel).read_bytes()) == fmt
+    snap = read_capture(samples / rel)
+    assert (snap.format, len(snap.gpus)) == (fmt, gpus)
+
+
+def test_sysfs_capture_values_match_the_unpacked_tree(samples: Path, sysfs_root: Path):
+    from_archive = read_capture(samples / "sysfs" / "amdgpu_card0.ttar")
+    from_dir = read_sysfs(DirTree(sysfs_root))
+    assert [(r.metric, r.value, r.attrs) for r in from_archive.gpus[0].readings] == [
+        (r.metric, r.value, r.attrs) for r in from_dir.gpus[0].readings
+    ]
+
+
+def test_unreadable_captures_name_the_file(tmp_path: Path):
+    bad = tmp_path / "cap.json"
+    bad.write_text('[{"gpu": 0, "power": ')
+    with pytest.raises(TelemetryFormatError, match=f"{bad}: invalid or truncated JSON"):
+        read_capture(bad)
+    other = tmp_path / "notes.txt"
+    other.write_text("hello")
+    with pytest.raises(TelemetryFormatError, match=f"{other}: not a telemetry capture"):
+        read_capture(other)
+    with pytest.raises(TelemetryFormatError, match="no such file"):
+        read_capture(tmp_path / "missing.json")
+
+
+# -- values and rows -----------------------------------------------------------------------------
+
+
+def test_numbers_units_and_pci_addresses():
+    assert number("(300Mhz)") == 300.0
+    assert number("N/A") is None
+    assert scale(1275, "MHz", "hz") == 1275e6
+    assert scale(50, "MiB", "by") == 52428800
+    with pytest.raises(ValueError, match="unexpected unit"):
+        scale(1, "W", "hz")
+    assert normalize_pci("00000000:01:00.0") == "0000:01:00.0"
+    assert normalize_pci("0000:A3:00.0") == "0000:a3:00.0"
+    assert normalize_pci("83:00.0") == "0000:83:00.0"
+
+
+def test_rows_carry_identity_units_and_pods(samples: Path):
+    snap = read_capture(samples / "nvidia-smi" / "a100-sxm4-v12.xml")
+    table = to_table(snap.gpus, ts_ns=7, node="n1", source="smi", extra={"0": {"k8s.pod.name": "p"}})
+    rows = table.to_pylist()
+    power = next(r for r in rows if r["metric"] == "hw.power")
+    assert power["unit"] == "W" and power["value"] == 67.03 and power["ts_ns"] == 7
+    assert power["gpu_uuid"] == "GPU-513536b6-7d19-9063-b049-1e69664bb298"
+    assert dict(power["attributes"]) == {
+        "hw.model": "NVIDIA A100-SXM4-80GB",
+        "hw.vendor": "nvidia",
+        "pci.bus_id": "0000:01:00.0",
+        "k8s.pod.name": "p",
+    }
+    from aaco.agent.pipeline.schemas import conform
+
+    assert conform("telemetry", table).num_rows == len(rows)

@@ -1,0 +1,133 @@
+"""Render the real Helm chart with helm-python-sdk (Helm v4 as a library) and pick manifests apart."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import yaml
+
+from tests.conftest import skip_or_fail
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART_DIR = ROOT / "deploy" / "helm" / "aaco"
+SYNC_SCRIPT = ROOT / "deploy" / "helm" / "sync_chart_files.py"
+DASHBOARDS_DIR = ROOT / "dashboards"
+RELEASE = "aaco"
+NAMESPACE = "aaco-system"
+KUBE_VERSIONS = ("1.29.0", "1.33.0")
+SCENARIOS = sorted(CHART_DIR.glob("ci/*-values.yaml"))
+
+
+def helm() -> ModuleType:
+    """The helm_python module (skips, or fails under AACO_REQUIRE_REAL=1, when it is missing)."""
+    try:
+        import helm_python
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        skip_or_fail(f"helm-python-sdk is not installed ({exc}); pip install -e .[dev]")
+        raise
+    return helm_python
+
+
+def sync_module() -> ModuleType:
+    """deploy/helm/sync_chart_files.py, imported from its path (deploy/ is not a package)."""
+    name = "aaco_sync_chart_files"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, SYNC_SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def scenario_values(path: Path | None) -> dict[str, Any]:
+    """The values of one ci/*-values.yaml scenario (None: the chart's defaults)."""
+    if path is None:
+        return {}
+    doc = yaml.safe_load(path.read_text())
+    return doc or {}
+
+
+def scenario_id(path: Path | None) -> str:
+    """A readable pytest id."""
+    return "defaults" if path is None else path.name.removesuffix("-values.yaml")
+
+
+@dataclass
+class Rendered:
+    """A rendered release: template texts and the parsed manifests."""
+
+    texts: dict[str, str]
+    docs: list[tuple[str, dict[str, Any]]]
+    values: dict[str, Any]
+
+    def kinds(self) -> list[str]:
+        """Kinds of every manifest, in order."""
+        return [doc["kind"] for _, doc in self.docs]
+
+    def all(self, kind: str) -> list[dict[str, Any]]:
+        """Every manifest of ``kind``."""
+        return [doc for _, doc in self.docs if doc["kind"] == kind]
+
+    def one(self, kind: str, name: str | None = None) -> dict[str, Any]:
+        """The single manifest of ``kind`` (and ``name``)."""
+        found = [d for d in self.all(kind) if name is None or d["metadata"]["name"] == name]
+        assert len(found) == 1, f"expected one {kind} {name or ''}, found {[d['metadata']['name'] for d in found]}"
+        return found[0]
+
+    def text(self, template: str) -> str:
+        """The rendered text of ``templates/<template>``."""
+        return self.texts[f"aaco/templates/{template}"]
+
+    @property
+    def daemonset(self) -> dict[str, Any]:
+        """The agent DaemonSet."""
+        return self.one("DaemonSet")
+
+    @property
+    def pod(self) -> dict[str, Any]:
+        """The DaemonSet's pod spec."""
+        return self.daemonset["spec"]["template"]["spec"]
+
+    @property
+    def container(self) -> dict[str, Any]:
+        """The agent container."""
+        (container,) = [c for c in self.pod["containers"] if c["name"] == "agent"]
+        return container
+
+    def config_text(self) -> str:
+        """The agent config file the ConfigMap holds."""
+        return self.one("ConfigMap", self.daemonset["metadata"]["name"])["data"]["config.yaml"]
+
+    def mounts(self) -> dict[str, dict[str, Any]]:
+        """Container mount path -> {mount, volume}."""
+        volumes = {v["name"]: v for v in self.pod["volumes"]}
+        return {m["mountPath"]: {"mount": m, "volume": volumes[m["name"]]} for m in self.container["volumeMounts"]}
+
+
+def render(
+    values: dict[str, Any] | None = None,
+    *,
+    chart_dir: Path = CHART_DIR,
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
+) -> Rendered:
+    """Render the chart offline, as `helm template` would, and parse every manifest."""
+    h = helm()
+    with h.Chart.load(chart_dir) as chart:
+        texts = chart.render(values or {}, name=release, namespace=namespace)
+        merged = chart.merge_values(values or {})
+    docs = []
+    for template, text in sorted(texts.items()):
+        if template.endswith("NOTES.txt"):
+            continue
+        for doc in yaml.safe_load_all(text):
+            if doc:
+                docs.append((template, doc))
+    return Rendered(texts=texts, docs=docs, values=merged)

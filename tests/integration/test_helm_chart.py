@@ -418,6 +418,21 @@ def test_default_host_mounts():
     assert "/dev/kfd" not in mounts and "/dev/dri" not in mounts
 
 
+def test_default_sources_read_the_chart_mounts():
+    rendered = render({})
+    config = yaml.safe_load(rendered.config_text())
+    mounts = rendered.mounts()
+    types = [s["type"] for s in config["sources"]]
+    assert types == ["smi", "sched"]
+    (smi,) = [s for s in config["sources"] if s["type"] == "smi"]
+    assert smi["sysfs_root"] == rendered.values["host"]["sys"]["mountPath"]
+    assert mounts[smi["sysfs_root"]]["volume"]["hostPath"]["path"] == "/sys"
+    socket_dir = str(Path(smi["kubelet_socket"]).parent)
+    assert mounts[socket_dir]["volume"]["hostPath"]["path"] == rendered.values["host"]["podResources"]["hostPath"]
+    lake = config["exporters"]["lake"]["path"]
+    assert lake.startswith(rendered.values["state"]["mountPath"] + "/")
+
+
 def test_amd_devices_with_the_privileged_opt_in():
     values = scenario_values(CHART_DIR / "ci" / "amd-privileged-values.yaml")
     rendered = render(values)
@@ -461,6 +476,10 @@ def test_downward_api_environment():
         ),
         ({"config": {"receivers": {"otlp": {"enabled": True}}}}, "config.receivers.otlp.enabled needs an upstream"),
         ({"gpu": {"amd": {"devices": True}}}, "privileged: true"),
+        (
+            {"ebpf": {"enabled": False}, "config": {"sources": [{"type": "sched", "backend": "ebpf"}]}},
+            "sched source with backend ebpf",
+        ),
         ({"runAsUser": 10001}, "Kubernetes grants added capabilities to root only"),
     ],
 )

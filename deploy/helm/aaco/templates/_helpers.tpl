@@ -174,6 +174,11 @@ Refuse values that would deploy an agent that cannot work, each with the reason.
 {{- fail (printf "config.exporters.lake.path is %s: it must lie under state.mountPath (%s), the only persistent writable path (the root filesystem is read-only)" $path .Values.state.mountPath) }}
 {{- end }}
 {{- end }}
+{{- range ($config.sources | default list) }}
+{{- if and (eq (toString .type) "sched") (eq (toString .backend) "ebpf") (not $.Values.ebpf.enabled) }}
+{{- fail "config.sources has a sched source with backend ebpf but ebpf.enabled is false (it grants BPF, PERFMON, SYS_RESOURCE, tracefs and the kernel headers); enable it or use backend auto or proc" }}
+{{- end }}
+{{- end }}
 {{- if and .Values.gpu.amd.devices (not .Values.privileged) }}
 {{- fail "gpu.amd.devices needs privileged: true: a non-privileged container's device cgroup denies opening /dev/kfd and /dev/dri even when they are mounted (the smi source's sysfs backend needs neither)" }}
 {{- end }}

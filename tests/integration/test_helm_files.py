@@ -228,3 +228,26 @@ def test_a_rule_file_without_groups_in_the_chart_fails_the_render(chart_copy: tu
     with pytest.raises(helm().HelmError) as err:
         render(MONITORING, chart_dir=chart)
     assert "needs top-level groups" in str(err.value)
+
+
+def test_the_packaged_chart_carries_the_copies_and_renders_the_same(chart_copy: tuple[Path, Path], tmp_path: Path):
+    """`helm package` (what a chart repository serves) keeps files/ and drops only the placeholders."""
+    import tarfile
+
+    from tests.support.helm_chart import helm
+
+    chart, source = chart_copy
+    (source / "rules").mkdir()
+    (source / "rules" / "agent.yaml").write_text(RULES)
+    (source / "overview.json").write_text(json.dumps(DASHBOARD))
+    assert run_sync(source, chart).returncode == 0
+    h = helm()
+    archive = Path(h.package(chart, destination=tmp_path / "dist"))
+    with tarfile.open(archive) as tar:
+        names = set(tar.getnames())
+    assert {"aaco/files/rules/agent.yaml", "aaco/files/dashboards/overview.json", "aaco/files/sources.yaml"} <= names
+    assert not any(n.endswith(".gitkeep") for n in names)
+    with h.Chart.load(archive) as packaged:
+        from_archive = packaged.render(MONITORING, name=RELEASE, namespace=NAMESPACE)
+    from_dir = render(MONITORING, chart_dir=chart).texts
+    assert from_archive == from_dir

@@ -18,7 +18,10 @@ Publish a directory's marker traces before its kernel traces so iterations arriv
 
 from __future__ import annotations
 
+import csv
 import io
+import sqlite3
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -137,7 +140,7 @@ def parse_any(tf: TraceFile, ctx: TraceContext, *, max_bytes: int = DEFAULT_MAX_
         yield from _parse(tf, ctx, max_bytes)
     except TraceFormatError:
         raise
-    except (ValueError, OSError, EOFError) as exc:
+    except (ValueError, OSError, EOFError, zlib.error, csv.Error, sqlite3.Error) as exc:
         raise TraceFormatError(str(exc) or type(exc).__name__, subject=tf.path) from exc
 
 

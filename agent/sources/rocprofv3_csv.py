@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import csv
 import re
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -96,6 +97,7 @@ MARKER_RANGE_DOMAINS = ("MARKER_CORE_API", "MARKER_CORE_RANGE_API")
 LAUNCH_DOMAIN_PREFIX = "HIP_"
 MAX_TIME_NS = 1 << 62  # BOOTTIME ns beyond this is damage (146 years of uptime)
 READ_BLOCK = 8 << 20  # bytes of complete lines decoded at a time by parse_csv_file
+MAX_LINE_BYTES = 64 << 20  # a "line" this long without a newline is handed on as one bad row
 
 I64 = pa.int64()
 DICT = pa.dictionary(pa.int32(), pa.string())
@@ -414,7 +416,7 @@ def load_companions(path: Path, max_bytes: int) -> CsvCompanions:
     if "agent_info.csv" in found:
         try:
             agents = read_agent_info(_read_bytes(found["agent_info.csv"], max_bytes))
-        except (OSError, EOFError, ValueError):
+        except (OSError, EOFError, ValueError, csv.Error):
             agents = AgentMap()
     launches = LaunchTable.empty()
     pids: tuple[int, ...] = ()
@@ -423,7 +425,7 @@ def load_companions(path: Path, max_bytes: int) -> CsvCompanions:
             continue
         try:
             api = read_api_trace(_read_bytes(found[suffix], max_bytes))
-        except (OSError, EOFError, ValueError):
+        except (OSError, EOFError, ValueError, csv.Error):
             continue
         if suffix == "hip_api_trace.csv":
             launches = api.launches
@@ -432,23 +434,39 @@ def load_companions(path: Path, max_bytes: int) -> CsvCompanions:
     return CsvCompanions(agents, launches, pid)
 
 
-def _blocks(path: Path, block: int = READ_BLOCK) -> Iterator[tuple[bytes, int]]:
-    """(complete lines, offset) pieces of a file, the header line first on its own."""
+class _Cut:
+    """Set when a compressed file ends before its end (the good lines before the cut are kept)."""
+
+    truncated = False
+
+
+def _blocks(path: Path, cut: _Cut, block: int = READ_BLOCK) -> Iterator[tuple[bytes, int]]:
+    """(complete lines, offset) pieces of a file of at most about ``block`` bytes.
+
+    Reads in 1 MiB steps, so a gzip stream cut short loses at most the step it ends in. A "line"
+    longer than ``MAX_LINE_BYTES`` is handed on as it is (it will be a bad row), bounding memory.
+    """
     offset = 0
     pending = b""
     with _open(path) as fh:
         while True:
-            data = fh.read(block)
+            try:
+                data = fh.read(min(block, 1 << 20))
+            except (EOFError, OSError, zlib.error):
+                cut.truncated = True
+                break
             if not data:
                 break
-            buf = pending + data
-            cut = buf.rfind(b"\n") + 1
-            if cut == 0:
-                pending = buf
+            pending += data
+            if len(pending) < block and len(pending) < MAX_LINE_BYTES:
                 continue
-            yield buf[:cut], offset
-            offset += cut
-            pending = buf[cut:]
+            end = pending.rfind(b"\n") + 1
+            if end == 0 and len(pending) < MAX_LINE_BYTES:
+                continue
+            end = end or len(pending)
+            yield pending[:end], offset
+            offset += end
+            pending = pending[end:]
     if pending:
         yield pending, offset
 
@@ -476,7 +494,8 @@ def parse_csv_file(path: Path, ctx: TraceContext, max_bytes: int) -> Iterator[Pa
     decoder = Rocprofv3CsvDecoder(head[:header_end], ctx, comp.agents, comp.launches)
     pids = (ctx.pid,) if ctx.pid is not None else ()
     seen = 0
-    for block, block_offset in _blocks(path):
+    cut = _Cut()
+    for block, block_offset in _blocks(path, cut):
         data, offset = (block[header_end:], header_end) if block_offset == 0 else (block, block_offset)
         seen += len(data)
         if seen > max_bytes:
@@ -485,3 +504,5 @@ def parse_csv_file(path: Path, ctx: TraceContext, max_bytes: int) -> Iterator[Pa
         yield from chunks(
             fmt, ctx, res.table, skipped=res.skipped, bad_rows=res.bad_rows, pids=pids, devices=decoder.devices
         )
+    if cut.truncated:
+        yield from chunks(fmt, ctx, empty_kernels(ctx), skipped=Counter({"truncated_file": 1}), pids=pids)

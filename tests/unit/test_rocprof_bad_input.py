@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import tempfile
 from pathlib import Path
@@ -180,3 +181,40 @@ def test_mutated_rocprof_v1_json(samples, data):
         except TraceFormatError:
             return
     assert sum(part.kernels.num_rows for part in parts) <= 7
+
+
+def test_truncated_gzip_csv_keeps_the_lines_before_the_cut(samples, tmp_path):
+    data = (samples / "rocprofv3/kernel_trace.csv").read_bytes()  # header + 9 rows
+    header, _, body = data.partition(b"\n")
+    big = header + b"\n" + body * 3000  # ~5 MB: several read steps
+    packed = gzip.compress(big)
+    p = tmp_path / "cut_kernel_trace.csv.gz"
+    p.write_bytes(packed[: len(packed) * 2 // 3])
+    tf = identify(p)
+    parts = list(parse_any(tf, context_for(tf, node="n", source="s", clock=CLOCK)))
+    kept = sum(part.kernels.num_rows for part in parts)
+    assert 0 < kept < 27_000
+    assert sum(part.skipped["truncated_file"] for part in parts) == 1
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_damaged_rocpd_database(data):
+    from .test_rocpd import build as build_rocpd
+
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "run.db"
+        build_rocpd(p, 60)
+        raw = bytearray(p.read_bytes())
+        flips = data.draw(
+            st.lists(st.tuples(st.integers(100, len(raw) - 1), st.integers(1, 255)), min_size=1, max_size=20)
+        )
+        for pos, x in flips:
+            raw[pos] ^= x
+        p.write_bytes(bytes(raw))
+        try:
+            tf = identify(p)
+            parts = list(parse_any(tf, context_for(tf, node="n", source="s", clock=CLOCK)))
+        except TraceFormatError:
+            return  # unreadable: reported with the file's name, never a crash
+    assert sum(part.kernels.num_rows for part in parts) <= 61

@@ -111,15 +111,23 @@ def _exporter_overrides(
     return {"exporters": ex}
 
 
+DAMAGED = frozenset({"unreadable", "truncated_json"})
+
+
 def _report_problems(service: AgentService) -> bool:
-    """Print fatal input problems; True if there were any."""
-    fatal = [p for p in service.problems if p.fatal]
-    for p in fatal:
+    """Print input problems; True (exit 2) if a file could not be read completely.
+
+    The events read from a damaged file are kept; bad rows inside a readable file are warnings.
+    """
+    errors = [p for p in service.problems if p.fatal or p.reason in DAMAGED]
+    for p in errors:
         err_console.print(f"[bold red]error:[/] {p.subject}: {p.message}", highlight=False, soft_wrap=True)
-    skipped = [p for p in service.problems if not p.fatal]
-    for p in skipped[:20]:
+    warnings = [p for p in service.problems if p not in errors]
+    for p in warnings[:20]:
         err_console.print(f"[yellow]warning:[/] {p.subject}: {p.message}", highlight=False, soft_wrap=True)
-    return bool(fatal)
+    if len(warnings) > 20:
+        err_console.print(f"[yellow]warning:[/] ... and {len(warnings) - 20} more (see the log)", highlight=False)
+    return bool(errors)
 
 
 def _fmt(v: float | None, scale: float = 1.0, digits: int = 3) -> str:
@@ -250,7 +258,8 @@ def replay(
     paths: Annotated[
         list[Path],
         typer.Argument(
-            help="Trace files or directories (ONNX Runtime profiles, Kineto/PyTorch profiler JSON; .gz accepted)."
+            help="Trace files or directories: rocprofv3 CSV/JSON/rocpd, rocprof v1/v2 results, Kineto/PyTorch "
+            "profiler JSON, ONNX Runtime profiles (.gz accepted; recognised by content)."
         ),
     ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Lake directory.")] = Path("aaco-data"),
@@ -268,6 +277,9 @@ def replay(
     perfetto: Annotated[
         Path | None, typer.Option("--perfetto", help="Also write the events as a trace that ui.perfetto.dev opens.")
     ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Read files again even if the lake already holds them.")
+    ] = False,
     log_level: Annotated[str, typer.Option("--log-level", help="debug|info|warning|error")] = "warning",
 ) -> None:
     """Push trace files through the pipeline: lake, analysis, metrics and traces as if live."""
@@ -287,7 +299,7 @@ def replay(
         for exc in bad[:-1]:
             err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         raise _fail(bad[-1])
-    source = {"type": "replay", "paths": [str(p) for p in paths], "model": model_name}
+    source = {"type": "replay", "paths": [str(p) for p in paths], "model": model_name, "force": force}
     try:
         config = load_config(
             None, {"sources": [source], **_exporter_overrides(out, metrics_port, otlp_endpoint, serve)}

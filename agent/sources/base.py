@@ -80,6 +80,7 @@ class SourceRecord:
     events: dict[str, int]
     clock: dict[str, Any] | None
     skipped: dict[str, int] = field(default_factory=dict)
+    devices: dict[str, Any] = field(default_factory=dict)  # what the trace says about each device
 
 
 class Journal:

@@ -28,8 +28,8 @@ from aaco.agent.run.workload import OrtWorkload
 from aaco.analyzers.graph import summarize
 
 from .base import Source, SourceContext
+from .ingest import publish_parsed
 from .ort_profile import parse_ort_profile
-from .replay import publish_parsed
 
 log = logging.getLogger("aaco.sources.ort")
 

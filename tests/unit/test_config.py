@@ -125,7 +125,10 @@ def test_unknown_keys_list_allowed_keys():
 
 def test_unknown_key_in_a_source_lists_that_source_type_keys():
     probs = problems(overrides={"sources": [{"type": "replay", "paths": ["x"], "colour": 1}]}, check_paths=False)
-    assert probs == ["sources[0].colour: unknown key (allowed: max_file_bytes, model, name, paths, type)"]
+    from aaco.agent.sources.replay import ReplaySourceConfig
+
+    allowed = ", ".join(sorted(ReplaySourceConfig.model_fields))
+    assert probs == [f"sources[0].colour: unknown key (allowed: {allowed})"]
 
 
 def test_unknown_source_type():

@@ -1,0 +1,188 @@
+"""Reading one trace file into the pipeline, exactly once: shared by ``replay``, ``trace_dir`` and ``capture``.
+
+A whole file is one ledger range [0, size) (``pipeline/ledger.py``): every chunk ``parse_any`` yields
+is published as a piece of it, so the lake commits the file's offset only once every row is stored,
+and a file already committed is skipped on the next run. Bad rows are counted by reason
+(``aaco_source_errors_total``), logged once per file and reason, and copied to the quarantine
+(``DIR/quarantine/<source>/``, bounded). A file that breaks part-way (truncated JSON, a damaged
+gzip stream) keeps the events read before the damage: its range is sealed as read, the file is
+quarantined, and the problem reported.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from aaco.agent.errors import TraceFormatError
+
+from .base import SourceContext, SourceRecord
+from .formats import TraceFile
+from .parsed import ParsedTrace
+from .parsers import parse_any
+from .trace_common import BadRow, TraceContext
+
+log = logging.getLogger("aaco.sources.ingest")
+
+QUARANTINE_FILE_BYTES = 1 << 20  # bad rows kept per input file
+QUARANTINE_TOTAL_BYTES = 64 << 20  # per source
+QUARANTINE_COPY_BYTES = 16 << 20  # whole unreadable files copied up to this size
+
+
+class Quarantine:
+    """Bad input kept for a human to look at, bounded per file and in total; thread-safe."""
+
+    def __init__(self, root: Path | None) -> None:
+        self.root = root
+        self._used = 0
+        self._per_file: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def _room(self, name: str, n: int) -> int:
+        with self._lock:
+            room = min(n, QUARANTINE_FILE_BYTES - self._per_file[name], QUARANTINE_TOTAL_BYTES - self._used)
+            room = max(0, room)
+            self._per_file[name] += room
+            self._used += room
+            return room
+
+    def rows(self, subject: Path, bad: list[BadRow]) -> None:
+        """Append bad rows as ``offset<TAB>reason<TAB>raw`` lines to ``<file name>.bad``."""
+        if self.root is None or not bad:
+            return
+        text = b"".join(
+            f"{b.offset}\t{b.reason}\t".encode() + b.line[:4096].rstrip(b"\r\n").replace(b"\n", b"\\n") + b"\n"
+            for b in bad
+        )
+        room = self._room(subject.name, len(text))
+        if room == 0:
+            return
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            with open(self.root / f"{subject.name}.bad", "ab") as fh:
+                fh.write(text[:room])
+        except OSError as exc:
+            log.warning("quarantine: cannot write under %s: %s", self.root, exc)
+
+    def file(self, path: Path) -> None:
+        """Copy a file that could not be (fully) read."""
+        if self.root is None:
+            return
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return
+        if size > QUARANTINE_COPY_BYTES or self._room(path.name + "#file", size) < size:
+            return
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, self.root / path.name)
+        except OSError as exc:
+            log.warning("quarantine: cannot copy %s: %s", path, exc)
+
+
+@dataclass
+class IngestResult:
+    """What reading one file did."""
+
+    kernels: int = 0
+    iterations: int = 0
+    skipped: int = 0
+    complete: bool = True  # False when the file broke part-way (its readable part is kept)
+    already: bool = False  # skipped: the lake already holds this file
+
+
+def ingest_file(
+    ctx: SourceContext,
+    source: str,
+    tf: TraceFile,
+    tctx: TraceContext,
+    quarantine: Quarantine,
+    *,
+    key: str | None,
+    max_bytes: int,
+    live: bool = False,
+) -> IngestResult:
+    """Publish every event of a recognised file as one ledger range (``key`` None: no checkpoint)."""
+    subject = os.fspath(tf.path)
+    if key is not None:
+        done = ctx.ledger.committed(key)
+        if done is not None and done[0] >= tf.size and done[1].get("identity") == tf.identity:
+            return IngestResult(already=True)
+    r = ctx.ledger.register(key, 0, tf.size, {"identity": tf.identity, "path": subject}) if key else None
+    out = IngestResult()
+    skipped: Counter[str] = Counter()
+    clock = None
+    fmt = tf.format
+    devices: dict[str, dict] = {}
+    try:
+        for parsed in parse_any(tf, tctx, max_bytes=max_bytes):
+            _publish(ctx, source, parsed, r, live)
+            out.kernels += parsed.kernels.num_rows
+            out.iterations += parsed.iterations.num_rows
+            skipped += parsed.skipped
+            clock = clock or parsed.clock
+            fmt = parsed.format
+            devices.update(parsed.devices)
+            quarantine.rows(tf.path, parsed.bad_rows)
+    except TraceFormatError as exc:
+        out.complete = False
+        quarantine.file(tf.path)
+        fatal = out.kernels == 0 and out.iterations == 0
+        what = "nothing could be read" if fatal else f"kept the {out.kernels + out.iterations} event(s) before it"
+        ctx.problem(source, subject, "unreadable", f"{exc.message} ({what})", fatal=fatal, count=1)
+    finally:
+        if r is not None:
+            r.seal()
+    for reason, count in skipped.items():
+        if reason == "truncated_json":
+            out.complete = False
+            quarantine.file(tf.path)
+            ctx.problem(
+                source, subject, reason, "truncated JSON: kept the events before the cut", fatal=False, count=count
+            )
+            continue
+        ctx.problem(source, subject, reason, f"skipped {count} bad row(s)/event(s): {reason}", fatal=False, count=count)
+    out.skipped = sum(skipped.values())
+    ctx.record(
+        SourceRecord(
+            source,
+            subject,
+            fmt,
+            {"kernels": out.kernels, "iterations": out.iterations},
+            clock.to_dict() if clock else None,
+            dict(skipped),
+            devices,
+        )
+    )
+    return out
+
+
+def publish_parsed(ctx: SourceContext, source: str, subject: str, parsed: ParsedTrace, live: bool = False) -> None:
+    """Publish a parsed capture that is not a file of the spool (the ORT workload's own profile)."""
+    _publish(ctx, source, parsed, None, live)
+    for reason, count in parsed.skipped.items():
+        ctx.problem(source, subject, reason, f"skipped {count} event(s): {reason}", fatal=False, count=count)
+    ctx.record(
+        SourceRecord(
+            source,
+            subject,
+            parsed.format,
+            {"kernels": parsed.kernels.num_rows, "iterations": parsed.iterations.num_rows},
+            parsed.clock.to_dict(),
+            dict(parsed.skipped),
+        )
+    )
+
+
+def _publish(ctx: SourceContext, source: str, parsed: ParsedTrace, r: object, live: bool) -> None:
+    """Iterations first (so the correlator knows them before their kernels), then kernels."""
+    if parsed.iterations.num_rows:
+        ctx.publish(source, "iterations", parsed.iterations, durable=True, live=live, range_=r)  # type: ignore[arg-type]
+    if parsed.kernels.num_rows:
+        ctx.publish(source, "kernels", parsed.kernels, durable=True, live=live, range_=r)  # type: ignore[arg-type]

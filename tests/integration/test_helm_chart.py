@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ import yaml
 from aaco.agent.config import AgentConfig, check_files, load_config
 from aaco.agent.sources import REGISTRY
 from tests.conftest import get_free_port, skip_or_fail
-from tests.integration.helpers import http_get, start_aaco, wait_for
+from tests.integration.helpers import http_get, metric_value, read_lake, start_aaco, wait_for
 from tests.support.helm_chart import (
     CHART_DIR,
     KUBE_VERSIONS,
@@ -273,7 +274,8 @@ def _host_paths_here(config: dict[str, Any], tmp_path: Path, samples: Path) -> d
     """The rendered config with the container's host mounts pointed at stand-ins on this machine.
 
     /host/sys becomes the real amdgpu sysfs sample tree; the kubelet socket a path with no kubelet
-    (the agent then runs without per-pod labels, as on a node without the pod-resources API).
+    (the agent then runs without per-pod labels, as on a node without the pod-resources API); the
+    trace spool a temporary directory.
     """
     from aaco.agent.sources.smi import ttar
 
@@ -285,6 +287,9 @@ def _host_paths_here(config: dict[str, Any], tmp_path: Path, samples: Path) -> d
             assert src["sysfs_root"] == "/host/sys"
             src["sysfs_root"] = str(drm.parent.parent)
             src["kubelet_socket"] = str(tmp_path / "no-kubelet" / "kubelet.sock")
+        if src["type"] == "trace_dir":
+            assert src["path"] == "/var/spool/aaco"
+            src["path"] = str(tmp_path / "spool")
     return config
 
 
@@ -315,16 +320,27 @@ def test_the_agent_runs_with_the_rendered_config_and_answers_the_chart_probes(
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             url = f"http://127.0.0.1:{port}{c[probe]['httpGet']['path']}"
             wait_for(lambda u=url: http_get(u)[0] == 200, timeout=60, what=f"{probe} {url}")
+        # A workload drops a real trace into the spool: the chart's trace_dir source ingests it.
+        shutil.copy(samples / "kineto" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz", tmp_path / "spool")
         # The GPU of the sample tree is seen through the chart's smi source.
-        status, _ = wait_for(
-            lambda: (r := http_get(f"http://127.0.0.1:{port}/metrics"))[0] == 200 and "aaco_gpu_" in r[1] and r,
+        wait_for(
+            lambda: "aaco_gpu_" in http_get(f"http://127.0.0.1:{port}/metrics")[1],
             timeout=60,
             what="GPU metrics from the smi source",
         )
-        assert status == 200
+        wait_for(
+            lambda: (
+                metric_value(http_get(f"http://127.0.0.1:{port}/metrics")[1], "aaco_kernels_total", kind="kernel") == 14
+            ),
+            timeout=60,
+            what="the spool's kernels through the trace_dir source",
+        )
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0, (tmp_path / "agent.log").read_text()[-2000:]
+    # Flushed on SIGTERM: the sample's 14 kernels and 2 copies, once, in the lake on the state volume.
+    kernels = read_lake(tmp_path / "lake", "kernels").to_pydict()
+    assert sorted(kernels["kind"]) == ["kernel"] * 14 + ["memcpy"] * 2
 
 
 # -- Security ------------------------------------------------------------------------------------
@@ -370,7 +386,10 @@ def test_every_capability_is_explained_in_the_manifest(scenario: Path | None):
             {"SYS_PTRACE"},
         ),
         ({"traceSpool": {"readAnyFile": True}}, {"BPF", "PERFMON", "SYS_RESOURCE", "SYS_PTRACE", "DAC_READ_SEARCH"}),
-        ({"traceSpool": {"enabled": False, "readAnyFile": True}}, {"BPF", "PERFMON", "SYS_RESOURCE", "SYS_PTRACE"}),
+        (
+            {"traceSpool": {"enabled": False, "readAnyFile": True}, "config": {"sources": [{"type": "smi"}]}},
+            {"BPF", "PERFMON", "SYS_RESOURCE", "SYS_PTRACE"},
+        ),
     ],
 )
 def test_capabilities_follow_the_features(values: dict[str, Any], expected: set[str]):
@@ -423,7 +442,11 @@ def test_default_sources_read_the_chart_mounts():
     config = yaml.safe_load(rendered.config_text())
     mounts = rendered.mounts()
     types = [s["type"] for s in config["sources"]]
-    assert types == ["smi", "sched"]
+    assert types == ["smi", "sched", "trace_dir"]
+    (spool,) = [s for s in config["sources"] if s["type"] == "trace_dir"]
+    assert spool["path"] == rendered.values["traceSpool"]["mountPath"]
+    assert mounts[spool["path"]]["volume"]["hostPath"]["path"] == rendered.values["traceSpool"]["hostPath"]
+    assert mounts[spool["path"]]["mount"].get("readOnly") is not True
     (smi,) = [s for s in config["sources"] if s["type"] == "smi"]
     assert smi["sysfs_root"] == rendered.values["host"]["sys"]["mountPath"]
     assert mounts[smi["sysfs_root"]]["volume"]["hostPath"]["path"] == "/sys"
@@ -480,6 +503,11 @@ def test_downward_api_environment():
             {"ebpf": {"enabled": False}, "config": {"sources": [{"type": "sched", "backend": "ebpf"}]}},
             "sched source with backend ebpf",
         ),
+        ({"traceSpool": {"enabled": False}}, "the trace_dir source reads /var/spool/aaco, which no volume provides"),
+        (
+            {"config": {"sources": [{"type": "trace_dir", "path": "/data/traces"}]}},
+            "the trace_dir source reads /data/traces",
+        ),
         ({"runAsUser": 10001}, "Kubernetes grants added capabilities to root only"),
     ],
 )
@@ -494,6 +522,15 @@ def test_receiver_upstream_may_come_from_the_environment():
     env = [{"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://gw:4317"}]
     rendered = render({"config": {"receivers": {"otlp": {"enabled": True}}}, "extraEnv": env})
     assert rendered.one("Service", f"{RELEASE}-otlp")
+
+
+def test_trace_dir_may_read_an_extra_volume():
+    values = {
+        "config": {"sources": [{"type": "trace_dir", "path": "/data/traces"}]},
+        "extraVolumes": [{"name": "traces", "hostPath": {"path": "/data/traces", "type": "Directory"}}],
+        "extraVolumeMounts": [{"name": "traces", "mountPath": "/data/traces"}],
+    }
+    assert "/data/traces" in render(values).mounts()
 
 
 def test_non_root_without_capabilities_is_allowed():

@@ -174,7 +174,26 @@ Refuse values that would deploy an agent that cannot work, each with the reason.
 {{- fail (printf "config.exporters.lake.path is %s: it must lie under state.mountPath (%s), the only persistent writable path (the root filesystem is read-only)" $path .Values.state.mountPath) }}
 {{- end }}
 {{- end }}
+{{- $mounted := list (printf "%s/" (trimSuffix "/" .Values.state.mountPath)) }}
+{{- if .Values.traceSpool.enabled }}
+{{- $mounted = append $mounted (printf "%s/" (trimSuffix "/" .Values.traceSpool.mountPath)) }}
+{{- end }}
+{{- range .Values.extraVolumeMounts }}
+{{- $mounted = append $mounted (printf "%s/" (trimSuffix "/" .mountPath)) }}
+{{- end }}
 {{- range ($config.sources | default list) }}
+{{- if eq (toString .type) "trace_dir" }}
+{{- $dir := printf "%s/" (trimSuffix "/" (toString .path)) }}
+{{- $found := false }}
+{{- range $mounted }}
+{{- if hasPrefix . $dir }}
+{{- $found = true }}
+{{- end }}
+{{- end }}
+{{- if not $found }}
+{{- fail (printf "config.sources: the trace_dir source reads %s, which no volume provides (the root filesystem is read-only): use traceSpool.mountPath (%s) with traceSpool.enabled, or mount it with extraVolumes" (toString .path) $.Values.traceSpool.mountPath) }}
+{{- end }}
+{{- end }}
 {{- if and (eq (toString .type) "sched") (eq (toString .backend) "ebpf") (not $.Values.ebpf.enabled) }}
 {{- fail "config.sources has a sched source with backend ebpf but ebpf.enabled is false (it grants BPF, PERFMON, SYS_RESOURCE, tracefs and the kernel headers); enable it or use backend auto or proc" }}
 {{- end }}

@@ -14,6 +14,10 @@ units and label names follow the exporters the dashboards were built for:
 Every compatibility metric is a gauge, even where the original is a counter, so that its exposed
 name is exactly the original one (Prometheus clients add ``_total`` to counters). ``device`` is
 ``nvidia<index>`` (dcgm-exporter uses the device minor number, which usually equals the index).
+
+These definitions are deliberately not registered with ``signals.define``: the registry holds
+AACO's own ``aaco_*`` namespace (and generates the table of docs/metrics.md); the borrowed names
+are listed in the prose of docs/metrics.md instead.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from aaco.agent.pipeline.signals import MetricDef, MetricPoint, define
+from aaco.agent.pipeline.signals import MetricDef, MetricPoint
 from aaco.agent.sources.smi import model as m
 
 if TYPE_CHECKING:
@@ -33,13 +37,13 @@ DCGM_LABELS: Final = ("gpu", "UUID", "device", "modelName", "Hostname", "pci_bus
 
 
 def _amd(name: str, unit: str, description: str, extra: tuple[str, ...] = ()) -> MetricDef:
-    return define(
+    return MetricDef(
         name, name, "gauge", unit, f"AMD device-metrics-exporter compatible: {description}", AMD_LABELS + extra
     )
 
 
 def _dcgm(name: str, unit: str, description: str) -> MetricDef:
-    return define(name, name, "gauge", unit, f"dcgm-exporter compatible: {description}", DCGM_LABELS)
+    return MetricDef(name, name, "gauge", unit, f"dcgm-exporter compatible: {description}", DCGM_LABELS)
 
 
 @dataclass(frozen=True)

@@ -254,3 +254,59 @@ def test_auto_prefers_amd_then_nvidia(tmp_path: Path):
     nvml = fake_nvml([FakeGpu()])
     opts = BackendOptions(sysfs_root=tmp_path, amd_smi="no-amd-smi", rocm_smi="no-rocm-smi", modules={"pynvml": nvml})
     assert open_backend("auto", opts).name == "nvml"
+
+
+def test_sysfs_gpu_that_falls_off_the_bus_and_comes_back(samples: Path, tmp_path: Path):
+    from aaco.agent.sources.smi import ttar
+
+    ttar.unpack(ttar.read((samples / "sysfs" / "amdgpu_card0.ttar").read_text()), tmp_path)
+    root = tmp_path / "fixtures" / "sys"
+    card, gone = root / "class" / "drm" / "card0", root / "class" / "drm" / "gone"
+    src = SmiSource(SmiSourceConfig(backend="sysfs", sysfs_root=root, kubelet_socket=None), "smi")
+    src.backend = open_backend("sysfs", src.options)
+    ctx = context()
+
+    def up() -> dict[str, float]:
+        src.sample_once(ctx)
+        rows = ctx.bus.get(0).batch.to_pylist()
+        return {
+            r["metric"] + "".join(v for k, v in r["attributes"] if k == "error.type"): r["value"]
+            for r in rows
+            if r["metric"] in ("aaco.gpu.up", "hw.errors", "hw.gpu.utilization")
+        }
+
+    assert up() == {"aaco.gpu.up": 1.0, "hw.errorslost": 0.0, "hw.gpu.utilization": 0.04}
+    card.rename(gone)  # the GPU fell off the bus: its sysfs directory is gone
+    assert up() == {"aaco.gpu.up": 0.0, "hw.errorslost": 1.0}
+    gone.rename(card)
+    assert up() == {"aaco.gpu.up": 1.0, "hw.errorslost": 1.0, "hw.gpu.utilization": 0.04}
+
+
+def test_sysfs_device_errors_drop_the_gpu(samples: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import errno
+
+    from aaco.agent.sources.smi import sysfs, ttar
+
+    ttar.unpack(ttar.read((samples / "sysfs" / "amdgpu_card0.ttar").read_text()), tmp_path)
+    tree = sysfs.DirTree(tmp_path / "fixtures" / "sys")
+    real_read = os.read
+
+    def failing_read(fd: int, n: int) -> bytes:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("gpu_busy_percent"):
+            raise OSError(errno.ENODEV, "No such device")
+        return real_read(fd, n)
+
+    monkeypatch.setattr(sysfs.os, "read", failing_read)
+    snap = sysfs.read_sysfs(tree)
+    assert snap.gpus == []
+    assert [str(p) for p in snap.problems] == [
+        f"{tree.name}: field class/drm/card0: device error: class/drm/card0/device/gpu_busy_percent: No such device"
+    ]
+
+
+def test_a_missing_capture_is_a_fatal_problem_naming_the_file(tmp_path: Path):
+    cfg = SmiSourceConfig(backend="file", file=tmp_path / "nope.json", kubelet_socket=None)
+    ctx = context()
+    SmiSource(cfg, "smi").run(ctx)
+    (p,) = ctx.journal.problems
+    assert (p.fatal, p.subject, p.message) == (True, str(tmp_path / "nope.json"), "no such capture file")

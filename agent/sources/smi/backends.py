@@ -226,6 +226,8 @@ def _open(name: str, opts: BackendOptions) -> Backend:
     if name == "file":
         if opts.file is None:
             raise BackendError("the file backend needs a capture file", subject="file", reason="config")
+        if not opts.file.is_file():
+            raise BackendError("no such capture file", subject=os.fspath(opts.file), reason="missing")
         return CaptureBackend(opts.file, opts.timeout_s)
     if name == "sysfs":
         if not amd_cards(DirTree(opts.sysfs_root)) and not (opts.sysfs_root / "class" / "drm").is_dir():

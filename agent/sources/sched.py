@@ -9,9 +9,9 @@ of runqueue latency per process, and optionally the off-CPU intervals longer tha
 
 Backends (``backend``):
 
-- ``ebpf``: bcc programs on kernel tracepoints, filtered and aggregated in the kernel
-  (``sched_ebpf``, ``sched_bpf.c``); needs root (or CAP_BPF + CAP_PERFMON), bcc, tracefs and
-  kernel headers;
+- ``ebpf``: bcc programs on kernel tracepoints (raw where the kernel's BTF gives the task layout,
+  else classic), filtered and aggregated in the kernel (``sched_ebpf``, ``sched_bpf.c``); needs
+  root (or CAP_BPF + CAP_PERFMON), bcc and kernel headers (and tracefs for classic tracepoints);
 - ``proc``: ``/proc/<pid>/task/<tid>/{schedstat,status,stat}`` (``sched_proc``), for any user;
 - ``auto``: eBPF where it can run, else ``proc``.
 
@@ -141,7 +141,8 @@ def select_backend(cfg: SchedSourceConfig) -> tuple[SchedBackend, str]:
             why = (
                 "configured (backend: ebpf)" if cfg.backend == "ebpf" else "root, bcc and kernel tracepoints available"
             )
-            return backend, f"{why}; bcc on sched/exceptions/task tracepoints, aggregated in the kernel"
+            how = "raw tracepoints, task offsets from BTF" if backend.attach == "raw" else "classic tracepoints"
+            return backend, f"{why}; bcc on sched/exceptions/task tracepoints ({how}), aggregated in the kernel"
     if cfg.backend == "ebpf":
         raise AacoError(f"the eBPF backend cannot run here: {reason}", subject="sched.backend", hint="use auto or proc")
     return proc(), reason

@@ -1,11 +1,16 @@
 // AACO sched source: the eBPF program (bcc), loaded by aaco.agent.sources.sched_ebpf.
 //
 // Tracepoints only (kprobes may be unavailable): sched:sched_switch, sched:sched_wakeup,
-// sched:sched_wakeup_new, sched:sched_process_exit, exceptions:page_fault_user, and
+// sched:sched_wakeup_new, sched:sched_process_exit, exceptions:page_fault_user, plus
 // task:task_newtask (its clone_flags tell a new thread from a new process, so threads a target
-// creates are tracked from their first wakeup). No kernel structure is read: everything comes
-// from the tracepoints' own arguments and from helpers, so the program does not depend on the
-// layout of the kernel headers it is compiled against.
+// creates are tracked from their first wakeup) and sched:sched_process_exec (a new name).
+//
+// Two ways to attach, one set of handlers. With AACO_RAW the tracepoints are attached raw
+// (BPF_RAW_TRACEPOINT_OPEN: no perf record is built per event, which on a context-switch storm
+// is most of the cost); their arguments are task pointers, read at the offsets of the running
+// kernel's struct task_struct that the agent takes from its BTF (AACO_PID_OFF, AACO_TGID_OFF,
+// AACO_STATE_OFF) — never from the installed headers, which may be of another kernel. Without
+// AACO_RAW they are classic tracepoints and everything comes from their formatted arguments.
 //
 // Filtering happens here: a task is traced when its tgid is in `targets` (the agent maintains it)
 // or, compiled with AACO_ALL_TASKS, always. Aggregation happens here too: per tid on-CPU and
@@ -14,37 +19,38 @@
 // maps every interval; nothing goes to user space per switch, except, when AACO_OFFCPU_MIN_NS > 0,
 // off-CPU intervals at least that long through a bounded ring buffer (losses are counted).
 //
-// Bounds: every map has a fixed size; the per-thread maps are LRU hashes, so thousands of
-// short-lived tasks never grow them. An exiting task's transient state is deleted at its final
-// switch (its prev_state is X or Z) and its counters are flagged so the agent reads them one last
-// time and deletes them.
+// Cost: one LRU-hash lookup per side of a switch and per wakeup (the counters and the timing state
+// of a thread share one entry), one more into the histogram after a wait; the thread's name is
+// copied only when its entry is created and at exec. Raw attachments key threads by their
+// task_struct pointer, which every raw tracepoint hands over, so the hot path reads no kernel
+// memory (bpf_probe_read_kernel is the most expensive helper here); the tid and tgid are read once,
+// when an entry is created, and kept in it. A new task's entry is reset at task_newtask, so a
+// recycled task_struct never inherits another thread's counters.
+//
+// Bounds: every map has a fixed size; the per-thread map is an LRU hash, so thousands of
+// short-lived tasks never grow it. An exiting thread's entry is flagged: its final switch (its
+// prev_state is X or Z) credits its last slice, and the agent reads it one last time and deletes it.
 //
 // Settings (cflags): AACO_MAX_TARGETS, AACO_MAX_THREADS, AACO_MAX_HIST, AACO_OFFCPU_MIN_NS,
 // AACO_RINGBUF_PAGES, AACO_ALL_TASKS (defined or not), AACO_HAVE_GROUP_DEAD (the running kernel's
-// sched_process_exit has the group_dead argument).
+// sched_process_exit has the group_dead argument); raw: AACO_RAW, AACO_PID_OFF, AACO_TGID_OFF,
+// AACO_SWITCH_HAS_STATE (sched_switch passes prev_state) or AACO_STATE_OFF.
 
-#define AACO_STATE_MASK 0xff        // prev_state bits of a sleeping task; 0: still runnable (preempted or yielded)
-#define AACO_UNINTERRUPTIBLE 0x2    // TASK_UNINTERRUPTIBLE as the tracepoint reports it ("D")
-#define AACO_DEAD_MASK 0x30          // EXIT_DEAD ("X") | EXIT_ZOMBIE ("Z"): the task's final switch
+#define AACO_STATE_MASK 0xff        // classic prev_state bits of a sleeping task; 0: runnable (preempted or yielded)
+#define AACO_UNINTERRUPTIBLE 0x2    // TASK_UNINTERRUPTIBLE, both as reported ("D") and raw
+#define AACO_DEAD_MASK 0x30         // classic: EXIT_DEAD ("X") | EXIT_ZOMBIE ("Z"): the task's final switch
+#define AACO_TASK_DEAD 0x80         // raw: TASK_DEAD in __state
 #define AACO_CLONE_THREAD 0x10000ULL
 
 #define ST_FAULT_BLOCK 1  // the last switch-out was an uninterruptible sleep after a page fault in the same slice
-#define ST_EXITED 2       // sched_process_exit seen (on the counters: read them once more, then delete)
+#define ST_EXITED 2       // sched_process_exit seen: the agent reads the entry once more, then deletes it
 
 #define CNT_RINGBUF_LOST 0
-#define CNT_STATE_FULL 1
-#define CNT_STATS_FULL 2
+#define CNT_THREADS_FULL 1
 
-struct aaco_state_t {
-    u64 in_ts;     // switched in at (0: not on CPU, or not seen yet)
-    u64 out_ts;    // switched out at (0: on CPU, or not seen yet)
-    u64 ready_ts;  // runnable since (wakeup or preemption; 0: not waiting)
-    u64 fault_ts;  // last user page fault in the current slice (0: none)
-    u32 tgid;      // 0 until known
-    u32 flags;
-};
-
-struct aaco_stats_t {
+// One entry per thread, keyed by task_struct pointer (raw) or tid (classic): cumulative counters
+// (the agent reads them), then transient timing state.
+struct aaco_thread_t {
     u64 oncpu_ns;
     u64 offcpu_ns;
     u64 rq_wait_ns;
@@ -53,9 +59,15 @@ struct aaco_stats_t {
     u64 involuntary;
     u64 faults;
     u64 rq_count;
-    u32 tgid;
+    u32 tid;
+    u32 tgid;      // 0 until known
     u32 flags;
+    u32 pad;
     char comm[16];
+    u64 in_ts;     // switched in at (0: not on CPU, or not seen yet)
+    u64 out_ts;    // switched out at (0: on CPU, or not seen yet)
+    u64 ready_ts;  // runnable since (wakeup or preemption; 0: not waiting)
+    u64 fault_ts;  // last user page fault in the current slice (0: none)
 };
 
 struct aaco_hist_key_t {
@@ -74,8 +86,7 @@ struct aaco_offcpu_event_t {
 };
 
 BPF_HASH(targets, u32, u8, AACO_MAX_TARGETS);
-BPF_TABLE("lru_hash", u32, struct aaco_state_t, state, AACO_MAX_THREADS);
-BPF_TABLE("lru_hash", u32, struct aaco_stats_t, stats, AACO_MAX_THREADS);
+BPF_TABLE("lru_hash", u64, struct aaco_thread_t, threads, AACO_MAX_THREADS);
 BPF_TABLE("lru_hash", struct aaco_hist_key_t, u64, hist, AACO_MAX_HIST);
 BPF_PERCPU_ARRAY(counters, u64, 4);
 #if AACO_OFFCPU_MIN_NS > 0
@@ -98,199 +109,315 @@ static __always_inline void aaco_count(u32 idx) {
         (*c)++;
 }
 
-static __always_inline struct aaco_state_t *aaco_state(u32 tid, u32 tgid) {
-    struct aaco_state_t zero = {};
-    zero.tgid = tgid;
-    struct aaco_state_t *st = state.lookup_or_try_init(&tid, &zero);
-    if (!st) {
-        aaco_count(CNT_STATE_FULL);
-        return NULL;
+// The entry under `key`, created when missing; `tgid` (0: unknown) is recorded when known.
+static __always_inline struct aaco_thread_t *aaco_thread(u64 key, u32 tid, u32 tgid) {
+    struct aaco_thread_t *t = threads.lookup(&key);
+    if (!t) {
+        struct aaco_thread_t zero = {};
+        zero.tid = tid;
+        zero.tgid = tgid;
+        t = threads.lookup_or_try_init(&key, &zero);
+        if (!t) {
+            aaco_count(CNT_THREADS_FULL);
+            return NULL;
+        }
     }
-    if (tgid)
-        st->tgid = tgid;
-    return st;
+    if (tgid && t->tgid != tgid)
+        t->tgid = tgid;
+    return t;
 }
 
-static __always_inline struct aaco_stats_t *aaco_stats(u32 tid, u32 tgid) {
-    struct aaco_stats_t zero = {};
-    zero.tgid = tgid;
-    struct aaco_stats_t *s = stats.lookup_or_try_init(&tid, &zero);
-    if (!s) {
-        aaco_count(CNT_STATS_FULL);
-        return NULL;
-    }
-    if (tgid)
-        s->tgid = tgid;
-    return s;
+
+static __always_inline u32 aaco_read_u32(void *task, u32 offset) {
+    u32 v = 0;
+#ifdef AACO_RAW
+    if (task)
+        bpf_probe_read_kernel(&v, sizeof(v), (char *)task + offset);
+#endif
+    return v;
 }
 
-TRACEPOINT_PROBE(sched, sched_switch) {
+#ifdef AACO_RAW
+#define AACO_TID_OF(task, tid) aaco_read_u32(task, AACO_PID_OFF)
+#define AACO_TGID_OF(task) aaco_read_u32(task, AACO_TGID_OFF)
+#define AACO_CURRENT_KEY() ((u64)bpf_get_current_task())
+#else
+#define AACO_TID_OF(task, tid) (tid)
+#define AACO_TGID_OF(task) 0  // classic: learnt when the thread is next `current`
+#define AACO_CURRENT_KEY() ((u64)(u32)bpf_get_current_pid_tgid())
+#endif
+
+// -- handlers -----------------------------------------------------------------------------------
+
+// A switch from `prev` (== current, key `prev_key`) to the thread under `next_key`; `next_task` is
+// its task_struct (raw) and `next_tid` its tid (classic; raw: 0, read only to create an entry).
+static __always_inline int aaco_switch(u64 prev_key, u32 prev, u64 next_key, u32 next_tid, void *next_task,
+                                       int involuntary, int uninterruptible, int dead) {
     u64 now = bpf_ktime_get_boot_ns();
-    u32 prev = args->prev_pid;
-    u32 next = args->next_pid;
-    long prev_state = args->prev_state;
 
-    if (prev != 0 && (prev_state & AACO_DEAD_MASK)) {
-        // The final switch of an exiting task: credit its last slice, forget its state.
-        struct aaco_state_t *st = state.lookup(&prev);
-        if (st) {
-            struct aaco_stats_t *s = stats.lookup(&prev);
-            if (s && st->in_ts && now > st->in_ts)
-                s->oncpu_ns += now - st->in_ts;
-            state.delete(&prev);
+    if (prev != 0 && dead) {
+        // The final switch of an exiting thread: credit its last slice.
+        struct aaco_thread_t *t = threads.lookup(&prev_key);
+        if (t) {
+            if (t->in_ts && now > t->in_ts)
+                t->oncpu_ns += now - t->in_ts;
+            t->in_ts = 0;
+            t->flags |= ST_EXITED;
+#ifdef AACO_RAW
+            // Its task_struct is about to be freed and recycled: keep the final counters under its tid
+            // (never a kernel address) until the agent has read them.
+            u64 tid_key = prev;
+            threads.update(&tid_key, t);
+            threads.delete(&prev_key);
+#endif
         }
     } else if (prev != 0) {
-        // The switching-out task is still `current`: its tgid comes from the helper.
+        // The switching-out thread is still `current`: its tgid comes from the helper.
         u32 tgid = bpf_get_current_pid_tgid() >> 32;
         if (aaco_wanted(tgid)) {
-            struct aaco_state_t *st = aaco_state(prev, tgid);
-            struct aaco_stats_t *s = aaco_stats(prev, tgid);
-            if (st && s) {
-                if (st->in_ts && now > st->in_ts)
-                    s->oncpu_ns += now - st->in_ts;
-                if ((prev_state & AACO_STATE_MASK) == 0) {
+            struct aaco_thread_t *t = aaco_thread(prev_key, prev, tgid);
+            if (t) {
+                if (t->in_ts && now > t->in_ts)
+                    t->oncpu_ns += now - t->in_ts;
+                if (involuntary) {
                     // Preempted (or yielded): still runnable, so it waits on the runqueue from now.
-                    s->involuntary++;
-                    st->ready_ts = now;
-                    st->flags &= ~ST_FAULT_BLOCK;
+                    t->involuntary++;
+                    t->ready_ts = now;
+                    t->flags &= ~ST_FAULT_BLOCK;
                 } else {
-                    s->voluntary++;
-                    st->ready_ts = 0;
-                    if ((prev_state & AACO_UNINTERRUPTIBLE) && st->fault_ts)
-                        st->flags |= ST_FAULT_BLOCK;
+                    t->voluntary++;
+                    t->ready_ts = 0;
+                    if (uninterruptible && t->fault_ts)
+                        t->flags |= ST_FAULT_BLOCK;
                     else
-                        st->flags &= ~ST_FAULT_BLOCK;
+                        t->flags &= ~ST_FAULT_BLOCK;
                 }
-                st->fault_ts = 0;
-                st->in_ts = 0;
-                st->out_ts = now;
-                bpf_get_current_comm(&s->comm, sizeof(s->comm));
+                t->fault_ts = 0;
+                t->in_ts = 0;
+                t->out_ts = now;
+                if (t->comm[0] == 0)
+                    bpf_get_current_comm(&t->comm, sizeof(t->comm));
             }
         }
     }
 
-    if (next != 0) {
-        struct aaco_state_t *st = state.lookup(&next);
+    if (next_key != 0) {
+        struct aaco_thread_t *t = threads.lookup(&next_key);
 #ifdef AACO_ALL_TASKS
-        if (!st)
-            st = aaco_state(next, 0);  // tgid learnt when it is next `current`
+        if (!t) {
+            u32 tid = AACO_TID_OF(next_task, next_tid);
+            if (tid == 0)
+                return 0;  // the idle task
+            t = aaco_thread(next_key, tid, AACO_TGID_OF(next_task));
+        }
 #endif
-        if (st) {
-            u32 tgid = st->tgid;
+        if (t) {
+            u32 tgid = t->tgid;
+            u32 next = t->tid;
 #ifndef AACO_ALL_TASKS
             if (tgid == 0 || !aaco_wanted(tgid)) {
-                state.delete(&next);  // its process is no longer a target
+                threads.delete(&next_key);  // its process is no longer a target
                 return 0;
             }
 #endif
-            if (st->out_ts || st->ready_ts) {
-                struct aaco_stats_t *s = aaco_stats(next, tgid);
-                if (s) {
-                    if (st->out_ts && now > st->out_ts) {
-                        u64 off = now - st->out_ts;
-                        s->offcpu_ns += off;
-                        if (st->flags & ST_FAULT_BLOCK)
-                            s->fault_offcpu_ns += off;
+            if (t->out_ts && now > t->out_ts) {
+                u64 off = now - t->out_ts;
+                t->offcpu_ns += off;
+                if (t->flags & ST_FAULT_BLOCK)
+                    t->fault_offcpu_ns += off;
 #if AACO_OFFCPU_MIN_NS > 0
-                        if (off >= AACO_OFFCPU_MIN_NS) {
-                            struct aaco_offcpu_event_t *e = offcpu_events.ringbuf_reserve(sizeof(*e));
-                            if (e) {
-                                e->start_ns = st->out_ts;
-                                e->end_ns = now;
-                                e->tgid = tgid;
-                                e->tid = next;
-                                e->flags = st->flags;
-                                e->pad = 0;
-                                bpf_probe_read_kernel(&e->comm, sizeof(e->comm), args->next_comm);
-                                offcpu_events.ringbuf_submit(e, 0);
-                            } else {
-                                aaco_count(CNT_RINGBUF_LOST);
-                            }
-                        }
-#endif
-                    }
-                    if (st->ready_ts && now > st->ready_ts) {
-                        u64 lat = now - st->ready_ts;
-                        s->rq_wait_ns += lat;
-                        s->rq_count++;
-                        if (tgid) {
-                            struct aaco_hist_key_t key = {};
-                            key.tgid = tgid;
-                            key.slot = bpf_log2l(lat);
-                            u64 zero = 0;
-                            u64 *slot = hist.lookup_or_try_init(&key, &zero);
-                            if (slot)
-                                __sync_fetch_and_add(slot, 1);
-                        }
+                if (off >= AACO_OFFCPU_MIN_NS) {
+                    struct aaco_offcpu_event_t *e = offcpu_events.ringbuf_reserve(sizeof(*e));
+                    if (e) {
+                        e->start_ns = t->out_ts;
+                        e->end_ns = now;
+                        e->tgid = tgid;
+                        e->tid = next;
+                        e->flags = t->flags;
+                        e->pad = 0;
+                        __builtin_memcpy(e->comm, t->comm, sizeof(e->comm));
+                        offcpu_events.ringbuf_submit(e, 0);
+                    } else {
+                        aaco_count(CNT_RINGBUF_LOST);
                     }
                 }
+#endif
             }
-            st->out_ts = 0;
-            st->ready_ts = 0;
-            st->in_ts = now;
-            st->flags &= ~ST_FAULT_BLOCK;
+            if (t->ready_ts && now > t->ready_ts) {
+                u64 lat = now - t->ready_ts;
+                t->rq_wait_ns += lat;
+                t->rq_count++;
+                if (tgid) {
+                    struct aaco_hist_key_t key = {};
+                    key.tgid = tgid;
+                    key.slot = bpf_log2l(lat);
+                    u64 zero = 0;
+                    u64 *slot = hist.lookup_or_try_init(&key, &zero);
+                    if (slot)
+                        __sync_fetch_and_add(slot, 1);
+                }
+            }
+            t->out_ts = 0;
+            t->ready_ts = 0;
+            t->in_ts = now;
+            t->flags &= ~ST_FAULT_BLOCK;
         }
     }
     return 0;
 }
 
-static __always_inline int aaco_on_wakeup(u32 tid) {
-    struct aaco_state_t *st = state.lookup(&tid);
+static __always_inline int aaco_wakeup(u64 key, u32 tid, void *task) {
+    struct aaco_thread_t *t = threads.lookup(&key);
 #ifdef AACO_ALL_TASKS
-    if (!st)
-        st = aaco_state(tid, 0);
+    if (!t) {
+        u32 id = AACO_TID_OF(task, tid);
+        if (id == 0)
+            return 0;
+        t = aaco_thread(key, id, AACO_TGID_OF(task));
+    }
 #endif
-    // A wakeup of a task that is on a CPU, or already waiting, does not start a new wait.
-    if (st && st->in_ts == 0 && st->ready_ts == 0)
-        st->ready_ts = bpf_ktime_get_boot_ns();
+    // A wakeup of a thread that is on a CPU, or already waiting, does not start a new wait.
+    if (t && t->in_ts == 0 && t->ready_ts == 0)
+        t->ready_ts = bpf_ktime_get_boot_ns();
     return 0;
 }
 
-TRACEPOINT_PROBE(sched, sched_wakeup) {
-    return aaco_on_wakeup(args->pid);
-}
-
-TRACEPOINT_PROBE(sched, sched_wakeup_new) {
-    return aaco_on_wakeup(args->pid);
-}
-
-TRACEPOINT_PROBE(task, task_newtask) {
+static __always_inline int aaco_newtask(u64 key, u32 child, u64 clone_flags) {
     // `current` is the parent; a thread joins its tgid, a new process is its own tgid.
-    u32 child = args->pid;
-    u32 tgid = (args->clone_flags & AACO_CLONE_THREAD) ? (u32)(bpf_get_current_pid_tgid() >> 32) : child;
-    if (!aaco_wanted(tgid))
+    u32 tgid = (clone_flags & AACO_CLONE_THREAD) ? (u32)(bpf_get_current_pid_tgid() >> 32) : child;
+    if (!aaco_wanted(tgid)) {
+        threads.delete(&key);  // a recycled key must not carry another thread's counters
         return 0;
-    struct aaco_state_t zero = {};
+    }
+    struct aaco_thread_t zero = {};
+    zero.tid = child;
     zero.tgid = tgid;
-    state.update(&child, &zero);
+    threads.update(&key, &zero);
     return 0;
 }
 
-TRACEPOINT_PROBE(sched, sched_process_exit) {
-    u32 tid = args->pid;
-    struct aaco_stats_t *s = stats.lookup(&tid);
-    if (s)
-        s->flags |= ST_EXITED;
-#if defined(AACO_HAVE_GROUP_DEAD) && !defined(AACO_ALL_TASKS)
-    if (args->group_dead) {
-        u32 tgid = bpf_get_current_pid_tgid() >> 32;
+static __always_inline int aaco_exec(void) {
+    u64 key = AACO_CURRENT_KEY();
+    struct aaco_thread_t *t = threads.lookup(&key);
+    if (t)
+        bpf_get_current_comm(&t->comm, sizeof(t->comm));
+    return 0;
+}
+
+static __always_inline int aaco_exit(int group_dead) {
+    u64 id = bpf_get_current_pid_tgid();
+    u64 key = AACO_CURRENT_KEY();
+    struct aaco_thread_t *t = threads.lookup(&key);
+    if (t)
+        t->flags |= ST_EXITED;
+#ifndef AACO_ALL_TASKS
+    if (group_dead) {
+        u32 tgid = id >> 32;
         targets.delete(&tgid);
     }
 #endif
     return 0;
 }
 
-TRACEPOINT_PROBE(exceptions, page_fault_user) {
+static __always_inline int aaco_fault(void) {
     u64 id = bpf_get_current_pid_tgid();
-    u32 tid = (u32)id;
     u32 tgid = id >> 32;
     if (!aaco_wanted(tgid))
         return 0;
-    struct aaco_stats_t *s = aaco_stats(tid, tgid);
-    if (s)
-        s->faults++;
-    struct aaco_state_t *st = aaco_state(tid, tgid);
-    if (st)
-        st->fault_ts = bpf_ktime_get_boot_ns();
+    struct aaco_thread_t *t = aaco_thread(AACO_CURRENT_KEY(), (u32)id, tgid);
+    if (t) {
+        t->faults++;
+        t->fault_ts = bpf_ktime_get_boot_ns();
+    }
     return 0;
 }
+
+// -- attachments ----------------------------------------------------------------------------------
+
+#ifdef AACO_RAW
+
+RAW_TRACEPOINT_PROBE(sched_switch) {
+    // (bool preempt, struct task_struct *prev, struct task_struct *next[, unsigned int prev_state])
+    u64 preempt = ctx->args[0];
+#ifdef AACO_SWITCH_HAS_STATE
+    u64 state = ctx->args[3];
+#else
+    u64 state = aaco_read_u32((void *)ctx->args[1], AACO_STATE_OFF);
+#endif
+    u32 prev = (u32)bpf_get_current_pid_tgid();
+    // As the kernel counts them: a switch is voluntary when not preempted and the task was not runnable.
+    int involuntary = preempt || state == 0;
+    return aaco_switch(ctx->args[1], prev, ctx->args[2], 0, (void *)ctx->args[2], involuntary,
+                       !involuntary && (state & AACO_UNINTERRUPTIBLE), (state & AACO_TASK_DEAD) != 0);
+}
+
+RAW_TRACEPOINT_PROBE(sched_wakeup) {
+    return aaco_wakeup(ctx->args[0], 0, (void *)ctx->args[0]);
+}
+
+RAW_TRACEPOINT_PROBE(sched_wakeup_new) {
+    return aaco_wakeup(ctx->args[0], 0, (void *)ctx->args[0]);
+}
+
+RAW_TRACEPOINT_PROBE(task_newtask) {
+    return aaco_newtask(ctx->args[0], aaco_read_u32((void *)ctx->args[0], AACO_PID_OFF), ctx->args[1]);
+}
+
+RAW_TRACEPOINT_PROBE(sched_process_exec) {
+    return aaco_exec();
+}
+
+RAW_TRACEPOINT_PROBE(sched_process_exit) {
+#ifdef AACO_HAVE_GROUP_DEAD
+    return aaco_exit(ctx->args[1] != 0);
+#else
+    return aaco_exit(0);
+#endif
+}
+
+RAW_TRACEPOINT_PROBE(page_fault_user) {
+    return aaco_fault();
+}
+
+#else  // classic tracepoints
+
+TRACEPOINT_PROBE(sched, sched_switch) {
+    long state = args->prev_state;
+    u32 prev = args->prev_pid;
+    u32 next = args->next_pid;
+    return aaco_switch(prev, prev, next, next, NULL, (state & AACO_STATE_MASK) == 0,
+                       (state & AACO_UNINTERRUPTIBLE) != 0, (state & AACO_DEAD_MASK) != 0);
+}
+
+TRACEPOINT_PROBE(sched, sched_wakeup) {
+    u32 tid = args->pid;
+    return aaco_wakeup(tid, tid, NULL);
+}
+
+TRACEPOINT_PROBE(sched, sched_wakeup_new) {
+    u32 tid = args->pid;
+    return aaco_wakeup(tid, tid, NULL);
+}
+
+TRACEPOINT_PROBE(task, task_newtask) {
+    u32 tid = args->pid;
+    return aaco_newtask(tid, tid, args->clone_flags);
+}
+
+TRACEPOINT_PROBE(sched, sched_process_exec) {
+    return aaco_exec();
+}
+
+TRACEPOINT_PROBE(sched, sched_process_exit) {
+#ifdef AACO_HAVE_GROUP_DEAD
+    return aaco_exit(args->group_dead);
+#else
+    return aaco_exit(0);
+#endif
+}
+
+TRACEPOINT_PROBE(exceptions, page_fault_user) {
+    return aaco_fault();
+}
+
+#endif

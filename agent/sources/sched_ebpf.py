@@ -27,6 +27,7 @@ import numpy as np
 
 from aaco.agent.pipeline.clock import boottime_offset
 
+from .sched_btf import TaskLayout, task_layout
 from .sched_rows import (
     FAULT_OFFCPU,
     FAULTS,
@@ -50,10 +51,11 @@ TRACEPOINTS = (
     "sched/sched_process_exit",
     "exceptions/page_fault_user",
     "task/task_newtask",
+    "sched/sched_process_exec",
 )
 TRACEFS_DIRS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 
-# Must match struct aaco_stats_t / aaco_offcpu_event_t in sched_bpf.c.
+# Must match struct aaco_thread_t / aaco_offcpu_event_t in sched_bpf.c.
 _COUNTERS = ("oncpu_ns", "offcpu_ns", "rq_wait_ns", "fault_offcpu_ns", "voluntary", "involuntary", "faults", "rq_count")
 _METRIC_OF = {
     "oncpu_ns": ONCPU,
@@ -65,7 +67,20 @@ _METRIC_OF = {
     "faults": FAULTS,
     "rq_count": RQ_WAITS,
 }
-STATS_DTYPE = np.dtype([*((c, "<u8") for c in _COUNTERS), ("tgid", "<u4"), ("flags", "<u4"), ("comm", "S16")])
+THREAD_DTYPE = np.dtype(
+    [
+        *((c, "<u8") for c in _COUNTERS),
+        ("tid", "<u4"),
+        ("tgid", "<u4"),
+        ("flags", "<u4"),
+        ("pad", "<u4"),
+        ("comm", "S16"),
+        ("in_ts", "<u8"),
+        ("out_ts", "<u8"),
+        ("ready_ts", "<u8"),
+        ("fault_ts", "<u8"),
+    ]
+)
 EVENT_DTYPE = np.dtype(
     [
         ("start_ns", "<u8"),
@@ -79,7 +94,7 @@ EVENT_DTYPE = np.dtype(
 )
 HIST_KEY_DTYPE = np.dtype([("tgid", "<u4"), ("slot", "<u4")])
 ST_EXITED = 2
-_COUNTER_REASONS = {0: "ringbuf_full", 1: "state_map_full", 2: "stats_map_full"}
+_COUNTER_REASONS = {0: "ringbuf_full", 1: "threads_map_full"}
 BPF_NOEXIST = 1
 
 
@@ -128,14 +143,16 @@ def unavailable_reason() -> str | None:
         )
     except Exception as exc:  # libbcc present but broken
         return f"bcc failed to load: {type(exc).__name__}: {exc}"
-    if tracefs() is None:
-        return "tracefs is not mounted (mount -t tracefs nodev /sys/kernel/tracing)"
     release = os.uname().release
     if not (Path("/lib/modules") / release / "build").exists() and not Path("/sys/kernel/kheaders.tar.xz").exists():
         return (
             f"no kernel headers for {release}: /lib/modules/{release}/build is missing "
             "(install linux-headers and link it, as .ci/setup does)"
         )
+    if task_layout() is not None:
+        return None  # raw tracepoints: no tracefs needed
+    if tracefs() is None:
+        return "tracefs is not mounted (mount -t tracefs nodev /sys/kernel/tracing) and the kernel has no usable BTF"
     missing = [tp for tp in TRACEPOINTS if not (tracefs() / "events" / tp).is_dir()]  # type: ignore[operator]
     if missing:
         return f"kernel tracepoint(s) missing: {', '.join(missing)}"
@@ -153,6 +170,7 @@ class EbpfSettings:
     offcpu_threshold_ns: int = 0  # 0: no off-CPU interval events
     ringbuf_pages: int = 64
     max_events_per_drain: int = 10_000
+    attach: str = "auto"  # raw (needs BTF offsets), classic, or auto (raw where BTF allows)
 
 
 class _Cumulative:
@@ -216,17 +234,15 @@ class EbpfBackend:
         ]
         if settings.all_tasks:
             cflags.append("-DAACO_ALL_TASKS")
-        fmt = (tracefs() or TRACEFS_DIRS[0]) / "events" / "sched" / "sched_process_exit" / "format"
-        try:
-            if "group_dead" in fmt.read_text():
-                cflags.append("-DAACO_HAVE_GROUP_DEAD")
-        except OSError:
-            pass
+        layout = task_layout() if settings.attach in ("auto", "raw") else None
+        if settings.attach == "raw" and layout is None:
+            raise RuntimeError("raw tracepoints need the task layout from the kernel's BTF, which is unusable here")
+        self.attach = "raw" if layout is not None else "classic"
+        cflags += self._raw_flags(layout) if layout is not None else self._classic_flags()
         self._bpf: Any = BPF(text=bpf_source().encode(), cflags=cflags)
         self._lib = __import__("bcc.libbcc", fromlist=["lib"]).lib
         self._targets_map = self._bpf[b"targets"]
-        self._state = self._bpf[b"state"]
-        self._stats = self._bpf[b"stats"]
+        self._threads_map = self._bpf[b"threads"]
         self._hist = self._bpf[b"hist"]
         self._counters = self._bpf[b"counters"]
         self._targets: set[int] = set()
@@ -242,6 +258,25 @@ class EbpfBackend:
         self._last_ns = time.time_ns()
         self.closed = False
 
+    @staticmethod
+    def _raw_flags(layout: TaskLayout) -> list[str]:
+        flags = ["-DAACO_RAW", f"-DAACO_PID_OFF={layout.pid_offset}", f"-DAACO_TGID_OFF={layout.tgid_offset}"]
+        if layout.switch_has_state:
+            flags.append("-DAACO_SWITCH_HAS_STATE")
+        else:
+            flags.append(f"-DAACO_STATE_OFF={layout.state_offset}")
+        if layout.exit_has_group_dead:
+            flags.append("-DAACO_HAVE_GROUP_DEAD")
+        return flags
+
+    @staticmethod
+    def _classic_flags() -> list[str]:
+        fmt = (tracefs() or TRACEFS_DIRS[0]) / "events" / "sched" / "sched_process_exit" / "format"
+        try:
+            return ["-DAACO_HAVE_GROUP_DEAD"] if "group_dead" in fmt.read_text() else []
+        except OSError:
+            return []
+
     # -- targets ------------------------------------------------------------------------------------
 
     def set_targets(self, tgids: set[int]) -> None:
@@ -254,7 +289,8 @@ class EbpfBackend:
                 del t[t.Key(tgid)]
         for tgid in sorted(tgids - self._targets):
             t[t.Key(tgid)] = t.Leaf(1)
-            self._seed_threads(tgid)
+            if self.attach == "classic":  # raw entries are keyed by task pointers, unknown from here
+                self._seed_threads(tgid)
         self._targets = set(tgids)
 
     def _seed_threads(self, tgid: int) -> None:
@@ -264,10 +300,11 @@ class EbpfBackend:
         except OSError:
             return
         for tid in tids[: self.settings.max_threads]:
-            key = self._state.Key(tid)
-            leaf = self._state.Leaf()
+            key = self._threads_map.Key(tid)
+            leaf = self._threads_map.Leaf()
+            leaf.tid = tid
             leaf.tgid = tgid
-            self._lib.bpf_update_elem(self._state.map_fd, ct.byref(key), ct.byref(leaf), BPF_NOEXIST)
+            self._lib.bpf_update_elem(self._threads_map.map_fd, ct.byref(key), ct.byref(leaf), BPF_NOEXIST)
 
     # -- draining -----------------------------------------------------------------------------------
 
@@ -335,13 +372,19 @@ class EbpfBackend:
         now = time.time_ns()
         interval = max(1, now - self._last_ns)
         self._last_ns = now
-        keys, vals = self._read(self._stats, np.dtype("<u4"), STATS_DTYPE)
+        # Keys: task_struct pointers (raw) or tids (classic); the tid and tgid are in the values.
+        keys, vals = self._read(self._threads_map, np.dtype("<u8"), THREAD_DTYPE)
+        known = vals["tgid"] != 0  # a thread seen only waking or switching in: counted once its process is known
+        keys, vals = keys[known], vals[known]
+        # Deltas are tracked per (tid, tgid), not per map key: an exiting thread's entry moves from its
+        # task pointer to its tid (see sched_bpf.c), and a recycled pointer belongs to another thread.
+        ids = (vals["tid"].astype(np.uint64) << np.uint64(32)) | vals["tgid"].astype(np.uint64)
+        ids, first = np.unique(ids, return_index=True)
+        keys, vals = keys[first], vals[first]
         matrix = np.stack([vals[c] for c in _COUNTERS], axis=1) if keys.size else np.zeros((0, len(_COUNTERS)), "<u8")
-        delta, evicted, order = self._threads.delta(
-            keys.astype(np.uint64), matrix, vals["tgid"].astype(np.uint64) if keys.size else np.zeros(0, np.uint64)
-        )
-        vals = vals[order]
-        tids = keys[order].astype(np.int64)
+        delta, evicted, order = self._threads.delta(ids, matrix, np.zeros(ids.size, np.uint64))
+        vals, keys, ids = vals[order], keys[order], ids[order]
+        tids = vals["tid"].astype(np.int64)
         tgids = vals["tgid"].astype(np.int64)
         exited = (vals["flags"] & ST_EXITED) != 0
         busy = delta.any(axis=1)
@@ -350,9 +393,8 @@ class EbpfBackend:
             tgids[busy], tids[busy], comms, {_METRIC_OF[c]: delta[busy, i] for i, c in enumerate(_COUNTERS)}
         )
         if exited.any():
-            gone = keys[order][exited]
-            self._delete(self._stats, gone)
-            self._threads.forget(gone.astype(np.uint64))
+            self._delete(self._threads_map, keys[exited])
+            self._threads.forget(ids[exited])
         ended = sorted(set(tids[exited & (tids == tgids)].tolist()))
 
         hkeys, hvals = self._read(self._hist, HIST_KEY_DTYPE, np.dtype("<u8"))
@@ -417,8 +459,7 @@ class EbpfBackend:
         out = {}
         for name, table, kd, vd in (
             ("targets", self._targets_map, np.dtype("<u4"), np.dtype("u1")),
-            ("state", self._state, np.dtype("<u4"), np.dtype((np.void, ct.sizeof(self._state.Leaf)))),
-            ("stats", self._stats, np.dtype("<u4"), STATS_DTYPE),
+            ("threads", self._threads_map, np.dtype("<u8"), THREAD_DTYPE),
             ("hist", self._hist, HIST_KEY_DTYPE, np.dtype("<u8")),
         ):
             out[name] = int(self._read(table, kd, vd)[0].size)

@@ -146,7 +146,7 @@ def test_exited_pid_is_dropped_from_the_maps(ebpf):
         time.sleep(0.5)
         c.drain()
         assert backend.kernel_targets() == {proc.pid}
-        assert backend.sizes()["stats"] >= 1 and backend.sizes()["hist"] >= 1
+        assert backend.sizes()["threads"] >= 1 and backend.sizes()["hist"] >= 1
         proc.kill()
         proc.wait()
         time.sleep(0.1)
@@ -154,7 +154,7 @@ def test_exited_pid_is_dropped_from_the_maps(ebpf):
         assert d.exited == [proc.pid]
         sizes = backend.sizes()
         assert backend.kernel_targets() == set()
-        assert sizes["stats"] == sizes["state"] == sizes["hist"] == 0, sizes
+        assert sizes["threads"] == sizes["hist"] == 0, sizes
         assert sizes["user_threads"] == sizes["user_hist"] == 0, sizes
         c.refresh_targets()  # the resolver no longer finds it either
         assert c.targets == set()
@@ -183,12 +183,12 @@ def test_thousands_of_short_lived_processes_do_not_grow_memory(ebpf):
     finally:
         c.close()
     for sizes in (base, first, second):
-        assert max(sizes["state"], sizes["stats"], sizes["user_threads"]) <= 1024, sizes
+        assert max(sizes["threads"], sizes["user_threads"]) <= 1024, sizes
     live = len([p for p in os.listdir("/proc") if p.isdigit()])
     # What remains after the churn is the machine's own tasks, not the 2,000 that came and went.
-    assert second["stats"] <= base["stats"] + live, (base, second)
+    assert second["threads"] <= base["threads"] + live, (base, second)
     assert second["user_threads"] <= base["user_threads"] + live, (base, second)
-    assert second["stats"] <= first["stats"] + 64, (first, second)
+    assert second["threads"] <= first["threads"] + 64, (first, second)
 
 
 def test_cli_reports_per_pid_fields_and_the_backend(ebpf, aaco_bin, sleeper_under_load):
@@ -298,3 +298,26 @@ pipeline: {{snapshot_interval_s: 0.5}}
     metrics = set(lake.column("metric").to_pylist())
     assert {rows.VOLUNTARY, rows.ONCPU, rows.RQ_LATENCY} <= metrics
     assert set(lake.column("pid").to_pylist()) == {agent.pid}
+
+
+@pytest.mark.parametrize("attach", ["raw", "classic"])
+def test_both_attachments_count_the_same_thing(ebpf, sleeper_under_load, attach):
+    """Raw tracepoints (task offsets from BTF) where the kernel allows, classic ones as the fallback."""
+    from aaco.agent.sources.sched_btf import task_layout
+    from aaco.agent.sources.sched_ebpf import EbpfBackend, EbpfSettings
+
+    if attach == "raw" and task_layout() is None:
+        pytest.skip("this kernel's BTF does not give the task layout: only classic tracepoints here")
+    backend = EbpfBackend(EbpfSettings(attach=attach))
+    try:
+        assert backend.attach == attach
+        backend.set_targets({sleeper_under_load})
+        backend.drain()
+        time.sleep(1.0)
+        d = backend.drain()
+    finally:
+        backend.close()
+    assert set(d.threads.tgid.tolist()) == {sleeper_under_load}
+    switches = int(d.threads.values[rows.VOLUNTARY].sum() + d.threads.values[rows.INVOLUNTARY].sum())
+    assert switches > 300
+    assert d.hist_count.sum() > 0

@@ -1,0 +1,82 @@
+"""The BTF reader: task_struct offsets and raw tracepoint arities from a synthetic BTF blob."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+from aaco.agent.sources.sched_btf import RAW_TRACEPOINTS, task_layout
+
+
+class Blob:
+    """Builds a minimal BTF: strings and types, ids from 1."""
+
+    def __init__(self) -> None:
+        self.strings = b"\0"
+        self.types = b""
+        self.count = 0
+
+    def s(self, text: str) -> int:
+        off = len(self.strings)
+        self.strings += text.encode() + b"\0"
+        return off
+
+    def add(self, kind: int, name: str, size: int, vlen: int = 0, extra: bytes = b"") -> int:
+        self.types += struct.pack("<III", self.s(name) if name else 0, (kind << 24) | vlen, size) + extra
+        self.count += 1
+        return self.count
+
+    def bytes(self) -> bytes:
+        hdr = struct.pack("<HBBIIIII", 0xEB9F, 1, 0, 24, 0, len(self.types), len(self.types), len(self.strings))
+        return hdr + self.types + self.strings
+
+
+def kernel_blob(switch_params: int = 5, exit_params: int = 3, with_state: bool = True) -> bytes:
+    b = Blob()
+    u32 = b.add(1, "unsigned int", 4, extra=struct.pack("<I", 32))
+    members = [("pid", 1264 * 8), ("tgid", 1268 * 8)] + ([("__state", 24 * 8)] if with_state else [])
+    body = b"".join(struct.pack("<III", b.s(n), u32, off) for n, off in members)
+    b.add(4, "task_struct", 4096, len(members), body)
+    for tp in RAW_TRACEPOINTS:
+        n = {"sched_switch": switch_params, "sched_process_exit": exit_params}.get(tp, 2)
+        proto = b.add(13, "", 0, n, b"".join(struct.pack("<II", 0, u32) for _ in range(n)))
+        ptr = b.add(2, "", proto)
+        b.add(8, f"btf_trace_{tp}", ptr)
+    return b.bytes()
+
+
+def test_layout_from_btf(tmp_path: Path):
+    path = tmp_path / "vmlinux"
+    path.write_bytes(kernel_blob())
+    layout = task_layout(path)
+    assert layout is not None
+    assert (layout.pid_offset, layout.tgid_offset, layout.state_offset) == (1264, 1268, 24)
+    assert layout.switch_has_state and layout.exit_has_group_dead
+
+
+def test_older_kernels_read_the_state_from_the_task(tmp_path: Path):
+    path = tmp_path / "vmlinux"
+    path.write_bytes(kernel_blob(switch_params=4, exit_params=2))
+    layout = task_layout(path)
+    assert layout is not None and not layout.switch_has_state and not layout.exit_has_group_dead
+    path.write_bytes(kernel_blob(switch_params=4, with_state=False))
+    assert task_layout(path) is None  # no prev_state anywhere: classic tracepoints instead
+
+
+def test_unusable_btf_gives_none(tmp_path: Path):
+    assert task_layout(tmp_path / "missing") is None
+    bad = tmp_path / "bad"
+    bad.write_bytes(b"\x00" * 64)
+    assert task_layout(bad) is None
+    truncated = tmp_path / "truncated"
+    truncated.write_bytes(kernel_blob()[:100])
+    assert task_layout(truncated) is None
+
+
+def test_inconsistent_strings_give_none(tmp_path: Path):
+    blob = bytearray(kernel_blob())
+    str_len_at = 20
+    struct.pack_into("<I", blob, str_len_at, 1)
+    path = tmp_path / "v"
+    path.write_bytes(bytes(blob[: len(blob) - 40]))  # names point past the end
+    assert task_layout(path) is None

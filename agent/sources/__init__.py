@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import ort, replay, sched, smi
+from . import ort, replay, sched, smi, trace_dir
 
 # type -> (config model, factory). The config union in aaco.agent.config is built from this table.
 REGISTRY: dict[str, tuple[type[Any], Callable[[Any, str], Any]]] = {
@@ -13,4 +13,5 @@ REGISTRY: dict[str, tuple[type[Any], Callable[[Any, str], Any]]] = {
     "replay": (replay.ReplaySourceConfig, replay.create),
     "sched": (sched.SchedSourceConfig, sched.create),
     "smi": (smi.SmiSourceConfig, smi.create),
+    "trace_dir": (trace_dir.TraceDirConfig, trace_dir.create),
 }

@@ -107,14 +107,21 @@ def ingest_file(
     key: str | None,
     max_bytes: int,
     live: bool = False,
+    meta: dict | None = None,
+    skip_committed: bool = True,
 ) -> IngestResult:
-    """Publish every event of a recognised file as one ledger range (``key`` None: no checkpoint)."""
+    """Publish every event of a recognised file as one ledger range [0, size) under ``key``.
+
+    ``key`` None: no checkpoint. With ``skip_committed``, a file whose range the lake already
+    committed (same content identity) is skipped.
+    """
     subject = os.fspath(tf.path)
-    if key is not None:
+    if key is not None and skip_committed:
         done = ctx.ledger.committed(key)
         if done is not None and done[0] >= tf.size and done[1].get("identity") == tf.identity:
             return IngestResult(already=True)
-    r = ctx.ledger.register(key, 0, tf.size, {"identity": tf.identity, "path": subject}) if key else None
+    info = meta if meta is not None else {"identity": tf.identity, "path": subject}
+    r = ctx.ledger.register(key, 0, tf.size, info) if key else None
     out = IngestResult()
     skipped: Counter[str] = Counter()
     clock = None

@@ -131,7 +131,7 @@ def parse_kineto(
     ts_arr = np.array([g[1] for g in gpu]) if n else np.zeros(0, dtype=np.int64)
     dur_arr = np.array([g[2] for g in gpu]) if n else np.zeros(0, dtype=np.int64)
     start_ns = clock.offset_ns + us_to_ns(ts_arr)
-    end_ns = clock.offset_ns + us_to_ns(ts_arr + dur_arr) if n else start_ns
+    end_ns = start_ns + us_to_ns(dur_arr) if n else start_ns  # the duration exactly as the trace states it
     cols: dict[str, list[Any]] = {
         k: []
         for k in (
@@ -198,7 +198,7 @@ def parse_kineto(
     iterations = pa.table(
         {
             "start_ns": pa.array(clock.offset_ns + us_to_ns(st), type=pa.int64()),
-            "end_ns": pa.array(clock.offset_ns + us_to_ns(st + sd), type=pa.int64()),
+            "end_ns": pa.array(clock.offset_ns + us_to_ns(st) + us_to_ns(sd), type=pa.int64()),
             "pid": pa.array([s[3] if s[3] is not None else default_pid for s in steps], type=pa.int64()),
             "tid": pa.array([s[4] for s in steps], type=pa.int64()),
             "iteration": pa.array([s[0] for s in steps], type=pa.int64()),

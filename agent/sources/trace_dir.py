@@ -1,0 +1,323 @@
+"""The ``trace_dir`` source: a spool directory workloads write traces into, followed continuously.
+
+The DaemonSet mounts a hostPath that profilers write to (rocprofv3 output directories, Kineto
+traces, ONNX Runtime profiles). Every ``poll_interval_s`` the directory is listed (polling, not
+inotify: it works the same on every filesystem a hostPath can be, NFS and overlayfs included, and
+the cost is one ``stat`` per file):
+
+- A rocprofv3 kernel or memory-copy CSV that is still being written is *tailed*: complete lines
+  only, the partial last line held back until its newline arrives; each read is one exactly-once
+  range of the file (``pipeline/ledger.py``).
+- Any other recognised file (JSON, rocpd databases, gzip files, marker traces) is read once it is
+  complete: its size and mtime unchanged for ``settle_s`` (a file renamed into place is already
+  settled).
+- Files are tracked by device and inode; the identity (a digest of the first bytes) is checked
+  against the checkpoint, so a restart resumes where the lake's last commit ended, a file
+  replaced under the same inode is read from the start, and one that shrank (truncated, rewritten)
+  is read again from the start. A rotated file is a new inode: read from the start; the old one,
+  if it is still there under another name, keeps its place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, PositiveFloat, PositiveInt
+
+from aaco.agent.config_base import StrictModel
+from aaco.agent.errors import TraceFormatError
+
+from .base import Source, SourceContext, SourceRecord
+from .formats import DEFAULT_MAX_BYTES, GZIP_MAGIC, identify
+from .ingest import Quarantine, ingest_file
+from .parsers import ITERATIONS_FIRST, TAILABLE, context_for, model_from_path
+from .rocprofv3_csv import Rocprofv3CsvDecoder, companions, load_companions
+from .trace_common import BadRow
+
+log = logging.getLogger("aaco.sources.trace_dir")
+IDENTITY_BYTES = 4096
+
+
+class TraceDirConfig(StrictModel):
+    """Follow a spool directory of trace files: tail growing rocprofv3 CSVs, read others when complete."""
+
+    type: Literal["trace_dir"] = "trace_dir"
+    name: str | None = Field(None, description="Source name in metrics and logs (default: the type).")
+    path: Path = Field(..., description="The spool directory (created if missing).")
+    recursive: bool = Field(True, description="Follow subdirectories (rocprofv3 writes one per process).")
+    poll_interval_s: PositiveFloat = Field(1.0, description="How often the directory is listed.")
+    settle_s: PositiveFloat = Field(2.0, description="A non-tailed file is read once unchanged this long.")
+    max_files: PositiveInt = Field(10_000, description="Files tracked at most (the newest are kept).")
+    max_file_bytes: PositiveInt = Field(DEFAULT_MAX_BYTES, description="Refuse files larger than this.")
+    tail_block_bytes: PositiveInt = Field(8 << 20, description="Most bytes read from one tailed file per poll.")
+    max_line_bytes: PositiveInt = Field(1 << 20, description="A CSV line longer than this is skipped as bad.")
+    model: str | None = Field(None, description="Model name for the iterations (default: the file name).")
+
+
+@dataclass
+class _File:
+    key: str
+    path: Path
+    size: int = -1
+    mtime: int = -1
+    changed: float = 0.0  # monotonic time of the last size/mtime change
+    format: str | None = None
+    done: bool = False
+    unrecognised: bool = False
+    offset: int = 0  # next byte to read (tailed files)
+    header: bytes | None = None
+    decoder: Rocprofv3CsvDecoder | None = None
+    companions_seen: tuple[tuple[str, int], ...] = ()
+    skipping_line: bool = False  # inside a line longer than max_line_bytes
+    records: int = 0
+
+
+def head_digest(path: Path, n: int) -> str:
+    """Digest of the first ``n`` bytes of a file."""
+    with path.open("rb") as fh:
+        return hashlib.blake2b(fh.read(n), digest_size=12).hexdigest()
+
+
+class TraceDirSource(Source):
+    """Watches one spool directory."""
+
+    type = "trace_dir"
+
+    def __init__(self, config: TraceDirConfig, name: str) -> None:
+        super().__init__(name)
+        self.config = config
+        self._files: dict[str, _File] = {}
+
+    def run(self, ctx: SourceContext) -> None:
+        """Poll until stopped."""
+        root = self.config.path
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            ctx.problem(
+                self.name, os.fspath(root), "spool", f"cannot create the spool directory: {exc}", fatal=True, count=1
+            )
+            return
+        quarantine = Quarantine(ctx.quarantine)
+        log.info("trace_dir %s: following %s", self.name, root)
+        while not ctx.stop.is_set():
+            self.poll(ctx, quarantine)
+            if ctx.sleep(self.config.poll_interval_s):
+                break
+
+    # -- one pass -----------------------------------------------------------------------------------
+
+    def _listing(self) -> list[tuple[Path, os.stat_result]]:
+        root = self.config.path
+        paths = root.rglob("*") if self.config.recursive else root.glob("*")
+        out = []
+        for p in paths:
+            if any(part.startswith(".") for part in p.relative_to(root).parts):
+                continue  # hidden and temporary files (writers' .tmp names, our own)
+            try:
+                st = p.stat()
+            except OSError:
+                continue  # vanished between listing and stat
+            if p.is_file():
+                out.append((p, st))
+        out.sort(key=lambda x: x[1].st_mtime_ns)
+        return out[-self.config.max_files :]
+
+    def poll(self, ctx: SourceContext, quarantine: Quarantine) -> None:
+        """List the spool once and read what is new."""
+        now = time.monotonic()
+        seen: set[str] = set()
+        batch: list[_File] = []
+        for path, st in self._listing():
+            key = f"{self.name}:{st.st_dev}:{st.st_ino}"
+            seen.add(key)
+            f = self._files.get(key)
+            if f is None:
+                f = self._files[key] = self._resume(ctx, key, path, st)
+            f.path = path
+            if st.st_size != f.size or st.st_mtime_ns != f.mtime:
+                if st.st_size < f.offset:  # truncated or rewritten in place: everything again
+                    self._restart(ctx, f, "truncated")
+                f.size, f.mtime, f.changed = st.st_size, st.st_mtime_ns, now
+            batch.append(f)
+        batch.sort(key=lambda f: (f.format not in ITERATIONS_FIRST, f.mtime))
+        for f in batch:
+            if ctx.stop.is_set():
+                return
+            if not f.done and not f.unrecognised:
+                self._read(ctx, quarantine, f, now)
+        for key in [k for k in self._files if k not in seen]:  # gone: stop tracking once committed
+            f = self._files.pop(key)
+            if ctx.ledger.pending(key) == 0:
+                ctx.ledger.forget(key)
+
+    def _resume(self, ctx: SourceContext, key: str, path: Path, st: os.stat_result) -> _File:
+        f = _File(key, path)
+        saved = ctx.ledger.committed(key)
+        if saved is None:
+            return f
+        offset, meta = saved
+        n = int(meta.get("head_bytes", 0))
+        try:
+            same = n > 0 and st.st_size >= n and head_digest(path, n) == meta.get("head")
+        except OSError:
+            same = False
+        if not same:  # another file under a reused inode
+            ctx.ledger.reset(key, {})
+            return f
+        f.offset = offset
+        f.done = bool(meta.get("done")) and offset >= st.st_size
+        return f
+
+    def _restart(self, ctx: SourceContext, f: _File, why: str) -> None:
+        ctx.problem(self.name, os.fspath(f.path), why, f"{why}: reading it again from the start", fatal=False)
+        ctx.ledger.reset(f.key, {})
+        f.offset, f.header, f.decoder, f.done, f.format, f.skipping_line = 0, None, None, False, None, False
+
+    def _meta(self, f: _File, done: bool = False) -> dict[str, Any]:
+        n = min(IDENTITY_BYTES, max(f.size, 0))
+        return {"path": os.fspath(f.path), "head_bytes": n, "head": head_digest(f.path, n), "done": done}
+
+    def _read(self, ctx: SourceContext, quarantine: Quarantine, f: _File, now: float) -> None:
+        if f.size <= 0:
+            return
+        settled = now - f.changed >= self.config.settle_s
+        if f.format is None:
+            try:
+                tf = identify(f.path)
+            except TraceFormatError as exc:
+                if settled:  # complete and still not a trace: say so once, leave it
+                    f.unrecognised = True
+                    ctx.problem(self.name, os.fspath(f.path), "unrecognised", exc.message, fatal=False, count=1)
+                return
+            f.format = tf.format
+        try:
+            gz = f.path.open("rb").read(2) == GZIP_MAGIC
+        except OSError:
+            return
+        if f.format in TAILABLE and not gz:
+            self._tail(ctx, quarantine, f)
+        elif settled:
+            self._whole(ctx, quarantine, f)
+
+    def _whole(self, ctx: SourceContext, quarantine: Quarantine, f: _File) -> None:
+        try:
+            tf = identify(f.path)
+        except TraceFormatError as exc:
+            ctx.problem(self.name, os.fspath(f.path), "unreadable", exc.message, fatal=True, count=1)
+            f.done = True
+            return
+        tctx = context_for(tf, node=ctx.node, source=self.name, model=self.config.model)
+        meta = self._meta(f, done=True)
+        ctx.ledger.reset(f.key, {})
+        ingest_file(
+            ctx,
+            self.name,
+            tf,
+            tctx,
+            quarantine,
+            key=f.key,
+            max_bytes=self.config.max_file_bytes,
+            live=True,
+            meta=meta,
+            skip_committed=False,
+        )
+        f.done = True
+
+    # -- tailing ------------------------------------------------------------------------------------
+
+    def _decoder(self, ctx: SourceContext, f: _File) -> Rocprofv3CsvDecoder | None:
+        seen = tuple(sorted((k, p.stat().st_mtime_ns) for k, p in companions(f.path).items() if p.exists()))
+        if f.decoder is not None and seen == f.companions_seen:
+            return f.decoder
+        tf = identify(f.path)
+        comp = load_companions(f.path, self.config.max_file_bytes)
+        # A growing file's content identity (first bytes + size) changes as it grows; its capture
+        # identity must not, across polls and restarts: the inode and the header line name it.
+        stable = hashlib.blake2b(f"{f.key}".encode() + (f.header or b""), digest_size=12).hexdigest()
+        tctx = context_for(tf, node=ctx.node, source=self.name, model=self.config.model, pid=comp.pid)
+        tctx = dataclasses.replace(tctx, identity=stable, run_id=f"{model_from_path(f.path)}:{stable[:12]}")
+        f.decoder = Rocprofv3CsvDecoder(f.header or b"", tctx, comp.agents, comp.launches)
+        f.companions_seen = seen
+        return f.decoder
+
+    def _tail(self, ctx: SourceContext, quarantine: Quarantine, f: _File) -> None:
+        cfg = self.config
+        with f.path.open("rb") as fh:
+            if f.header is None:
+                first = fh.readline(cfg.max_line_bytes)
+                if not first.endswith(b"\n"):
+                    return  # the header is not complete yet
+                f.header = first
+                f.offset = max(f.offset, len(first))
+            fh.seek(f.offset)
+            data = fh.read(cfg.tail_block_bytes)
+        if not data:
+            return
+        start = f.offset
+        if f.skipping_line:  # the rest of an over-long line: drop it up to its newline
+            nl = data.find(b"\n")
+            if nl < 0:
+                f.offset += len(data)
+                return
+            data, start, f.skipping_line = data[nl + 1 :], start + nl + 1, False
+            f.offset = start
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:
+            if len(data) >= cfg.max_line_bytes:  # a line with no end in sight: skip it, counted
+                f.skipping_line, f.offset = True, start + len(data)
+                quarantine.rows(f.path, [BadRow(start, data[:4096], "line_too_long")])
+                ctx.problem(
+                    self.name,
+                    os.fspath(f.path),
+                    "line_too_long",
+                    f"a line longer than {cfg.max_line_bytes} bytes at offset {start} was skipped",
+                    fatal=False,
+                    count=1,
+                )
+            return  # the partial last line waits for its newline
+        chunk = data[:cut]
+        try:
+            decoder = self._decoder(ctx, f)
+        except (TraceFormatError, ValueError, OSError) as exc:
+            ctx.problem(self.name, os.fspath(f.path), "unreadable", str(exc), fatal=True, count=1)
+            f.done = True
+            return
+        assert decoder is not None
+        result = decoder.decode(chunk, start)
+        r = ctx.ledger.register(f.key, start, start + cut, self._meta(f))
+        if result.table.num_rows:
+            ctx.publish(self.name, "kernels", result.table, durable=True, live=True, range_=r)
+        r.seal()
+        f.offset = start + cut
+        if result.bad_rows:
+            quarantine.rows(f.path, result.bad_rows)
+        for reason, count in result.skipped.items():
+            ctx.problem(
+                self.name, os.fspath(f.path), reason, f"skipped {count} bad row(s): {reason}", fatal=False, count=count
+            )
+        if f.records == 0:
+            ctx.record(
+                SourceRecord(
+                    self.name,
+                    os.fspath(f.path),
+                    f.format or "",
+                    {"kernels": result.table.num_rows},
+                    decoder.ctx.clock.to_dict(),
+                    dict(result.skipped),
+                    decoder.devices,
+                )
+            )
+        f.records += 1
+
+
+def create(config: TraceDirConfig, name: str) -> TraceDirSource:
+    """Factory used by the source registry."""
+    return TraceDirSource(config, name)

@@ -47,7 +47,7 @@ ALL_SCENARIOS = [None, *SCENARIOS]
 ALLOWED_CAPABILITIES = {"BPF", "PERFMON", "SYS_RESOURCE", "SYS_PTRACE", "DAC_READ_SEARCH"}
 CRD_GROUPS = ("monitoring.coreos.com/",)
 # Host paths the agent may write to; every other hostPath is mounted read-only.
-WRITABLE_HOST_MOUNTS = {"state", "trace-spool", "dev-kfd", "dev-dri"}
+WRITABLE_HOST_MOUNTS = {"state", "trace-spool", "captures", "dev-kfd", "dev-dri"}
 
 
 @pytest.fixture(params=ALL_SCENARIOS, ids=scenario_id)
@@ -505,6 +505,17 @@ def test_downward_api_environment():
         ),
         ({"traceSpool": {"enabled": False}}, "the trace_dir source reads /var/spool/aaco, which no volume provides"),
         (
+            {"config": {"sources": [{"type": "capture", "command": "rocprofv3 --attach {pid} -d {out}"}]}},
+            "capture.enabled is false",
+        ),
+        (
+            {
+                "capture": {"enabled": True},
+                "config": {"sources": [{"type": "capture", "command": "x {out}", "out_dir": "/captures"}]},
+            },
+            "the capture source writes to /captures",
+        ),
+        (
             {"config": {"sources": [{"type": "trace_dir", "path": "/data/traces"}]}},
             "the trace_dir source reads /data/traces",
         ),
@@ -522,6 +533,22 @@ def test_receiver_upstream_may_come_from_the_environment():
     env = [{"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://gw:4317"}]
     rendered = render({"config": {"receivers": {"otlp": {"enabled": True}}}, "extraEnv": env})
     assert rendered.one("Service", f"{RELEASE}-otlp")
+
+
+def test_capture_windows_share_their_output_directory_with_the_workloads():
+    values = scenario_values(CHART_DIR / "ci" / "amd-capture-values.yaml")
+    rendered = render(values)
+    config = yaml.safe_load(rendered.config_text())
+    (capture,) = [s for s in config["sources"] if s["type"] == "capture"]
+    assert "{pid}" in capture["command"] and "{out}" in capture["command"]
+    mounts = rendered.mounts()
+    shared = mounts[values["capture"]["mountPath"]]
+    assert shared["volume"]["hostPath"] == {"path": values["capture"]["hostPath"], "type": "DirectoryOrCreate"}
+    assert shared["mount"].get("readOnly") is not True
+    assert capture["out_dir"].startswith(values["capture"]["mountPath"])
+    assert "SYS_PTRACE" in capabilities(rendered)
+    assert mounts["/opt/rocm"]["mount"]["readOnly"] is True
+    assert "/var/spool/aaco-captures" not in render({}).mounts()
 
 
 def test_trace_dir_may_read_an_extra_volume():

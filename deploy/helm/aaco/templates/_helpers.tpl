@@ -178,6 +178,9 @@ Refuse values that would deploy an agent that cannot work, each with the reason.
 {{- if .Values.traceSpool.enabled }}
 {{- $mounted = append $mounted (printf "%s/" (trimSuffix "/" .Values.traceSpool.mountPath)) }}
 {{- end }}
+{{- if .Values.capture.enabled }}
+{{- $mounted = append $mounted (printf "%s/" (trimSuffix "/" .Values.capture.mountPath)) }}
+{{- end }}
 {{- range .Values.extraVolumeMounts }}
 {{- $mounted = append $mounted (printf "%s/" (trimSuffix "/" .mountPath)) }}
 {{- end }}
@@ -192,6 +195,21 @@ Refuse values that would deploy an agent that cannot work, each with the reason.
 {{- end }}
 {{- if not $found }}
 {{- fail (printf "config.sources: the trace_dir source reads %s, which no volume provides (the root filesystem is read-only): use traceSpool.mountPath (%s) with traceSpool.enabled, or mount it with extraVolumes" (toString .path) $.Values.traceSpool.mountPath) }}
+{{- end }}
+{{- end }}
+{{- if eq (toString .type) "capture" }}
+{{- if not $.Values.capture.enabled }}
+{{- fail "config.sources has a capture source but capture.enabled is false: attaching a profiler needs SYS_PTRACE and the shared capture directory" }}
+{{- end }}
+{{- $out := printf "%s/" (trimSuffix "/" (toString (.out_dir | default "/var/lib/aaco/captures"))) }}
+{{- $found := false }}
+{{- range $mounted }}
+{{- if hasPrefix . $out }}
+{{- $found = true }}
+{{- end }}
+{{- end }}
+{{- if not $found }}
+{{- fail (printf "config.sources: the capture source writes to %s, which no volume provides; use capture.mountPath (%s), shared with the workloads" (trimSuffix "/" $out) $.Values.capture.mountPath) }}
 {{- end }}
 {{- end }}
 {{- if and (eq (toString .type) "sched") (eq (toString .backend) "ebpf") (not $.Values.ebpf.enabled) }}

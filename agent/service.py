@@ -50,6 +50,7 @@ from .pipeline.worker import Pipeline
 from .receivers.otlp import OtlpReceiver
 from .sources import REGISTRY
 from .sources.base import Journal, NullProgress, Problem, Progress, Source, SourceContext
+from .sources.capture import CaptureSource
 
 log = logging.getLogger("aaco.service")
 
@@ -128,7 +129,8 @@ class AgentService:
         if ex.lake.enabled:
             out.append(LakeExporter(ex.lake, self.stats, self.journal.records_json, ledger=self.ledger))
         if ex.prometheus.enabled:
-            out.append(PrometheusExporter(ex.prometheus, self.stats, self, config.node))
+            actions = {"/api/v1/capture": self.capture_request}
+            out.append(PrometheusExporter(ex.prometheus, self.stats, self, config.node, actions))
         if resolve_otlp(ex.otlp, "traces") is not None:
             rx = config.receivers.otlp
             out.append(
@@ -201,6 +203,27 @@ class AgentService:
         """The running (or finished) sources by name."""
         with self._lock:
             return {name: run.source for name, run in self._sources.items()}
+
+    def capture_request(self, params: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        """``POST /api/v1/capture?pid=P[&source=NAME]``: ask a capture source for a window of ``pid``."""
+        try:
+            pid = int(params.get("pid", ""))
+        except ValueError:
+            return 400, {"error": "pid must be an integer"}
+        captures = {n: s for n, s in self.sources.items() if isinstance(s, CaptureSource)}
+        if params.get("source"):
+            captures = {n: s for n, s in captures.items() if n == params["source"]}
+        if not captures:
+            return 404, {
+                "error": "this agent has no capture source"
+                + (f" named {params['source']}" if params.get("source") else "")
+            }
+        name, source = next(iter(captures.items()))
+        ok, why = source.request(pid, "request")
+        if ok:
+            return 202, {"queued": True, "source": name, "pid": pid}
+        code = 429 if "captured" in why or "waiting" in why else 409 if "already" in why else 404
+        return code, {"queued": False, "source": name, "pid": pid, "error": why}
 
     def sources_done(self) -> bool:
         """True when every source has ended (replays finished, fixed cycles run)."""

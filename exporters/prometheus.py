@@ -8,10 +8,12 @@ trace ID as an exemplar (shown in OpenMetrics responses), so Grafana can jump to
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import threading
 import time
+import urllib.parse
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from socketserver import ThreadingMixIn
@@ -64,6 +66,7 @@ COLLECT_DURATION = define(
 )
 
 Port = conint(ge=0, le=65535)
+Action = Callable[[dict[str, str]], tuple[int, dict[str, Any]]]
 
 
 class PrometheusConfig(StrictModel):
@@ -165,8 +168,16 @@ class PrometheusExporter(Exporter):
 
     name = "prometheus"
 
-    def __init__(self, config: PrometheusConfig, stats: Stats, health: Health, node: str) -> None:
+    def __init__(
+        self,
+        config: PrometheusConfig,
+        stats: Stats,
+        health: Health,
+        node: str,
+        actions: dict[str, Action] | None = None,
+    ) -> None:
         self.config = config
+        self.actions = dict(actions or {})
         self.stats = stats
         self.health = health
         self.node = node
@@ -196,6 +207,8 @@ class PrometheusExporter(Exporter):
                 return [(why + "\n").encode()]
             if path == "/metrics":
                 return metrics(environ, start_response)
+            if path in self.actions:
+                return self._action(path, environ, start_response)
             if path == "/":
                 start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8")])
                 return [b"AACO agent: /metrics /healthz /readyz\n"]
@@ -203,6 +216,27 @@ class PrometheusExporter(Exporter):
             return [b"not found; try /metrics\n"]
 
         return app
+
+    def _action(self, path: str, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        """A POST to an admin action (``/api/v1/capture``): from this host only."""
+        if environ.get("REQUEST_METHOD") != "POST":
+            start_response("405 Method Not Allowed", [("Content-Type", "application/json"), ("Allow", "POST")])
+            return [b'{"error": "use POST"}\n']
+        if environ.get("REMOTE_ADDR") not in ("127.0.0.1", "::1", "::ffff:127.0.0.1"):
+            start_response("403 Forbidden", [("Content-Type", "application/json")])
+            return [b'{"error": "admin actions are accepted from this host only"}\n']
+        params = {k: v[-1] for k, v in urllib.parse.parse_qs(environ.get("QUERY_STRING", "")).items()}
+        code, doc = self.actions[path](params)
+        reason = {
+            200: "OK",
+            202: "Accepted",
+            400: "Bad Request",
+            404: "Not Found",
+            409: "Conflict",
+            429: "Too Many Requests",
+        }.get(code, "Error")
+        start_response(f"{code} {reason}", [("Content-Type", "application/json")])
+        return [json.dumps(doc).encode() + b"\n"]
 
     def start(self) -> None:
         """Bind and serve in a background thread (an address in use is a clear error)."""

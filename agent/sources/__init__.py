@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import ort, replay, sched, smi, trace_dir
+from . import capture, ort, replay, sched, smi, trace_dir
 
 # type -> (config model, factory). The config union in aaco.agent.config is built from this table.
 REGISTRY: dict[str, tuple[type[Any], Callable[[Any, str], Any]]] = {
+    "capture": (capture.CaptureConfig, capture.create),
     "ort": (ort.OrtSourceConfig, ort.create),
     "replay": (replay.ReplaySourceConfig, replay.create),
     "sched": (sched.SchedSourceConfig, sched.create),

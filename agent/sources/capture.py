@@ -1,0 +1,250 @@
+"""The ``capture`` source: profile running GPU processes in windows, and ingest what the profiler writes.
+
+A command template (placeholders ``{pid}``, ``{out}``, ``{duration_ms}``), for example
+``rocprofv3 --attach {pid} --attach-duration-msec {duration_ms} --kernel-trace --output-format csv -d {out}``,
+is run against GPU processes — those with ``/dev/kfd``, ``/dev/dri/renderD*`` or ``/dev/nvidia*``
+open (``sched_targets.gpu_processes``) — or configured pids: every ``interval_s`` on a schedule, and
+on demand (``request``: ``aaco capture --pid P``, which posts to the agent's
+``/api/v1/capture``, or an analyzer finding). Bounded: at most ``max_concurrent`` captures at
+once, at most one per pid per ``min_gap_s``, at most ``max_queue`` waiting; each capture in its own
+process group, killed when it outlives ``duration_ms`` plus ``timeout_s``. The template is split
+into arguments once (``shlex``) and the placeholders are filled per argument: no shell is involved,
+so a pid or path can never inject a command. What the command leaves in its output directory is
+read exactly once (``ingest.ingest_file``) and the directory removed unless ``keep_outputs``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator
+
+from aaco.agent.config_base import StrictModel
+from aaco.agent.errors import TraceFormatError
+from aaco.agent.pipeline.signals import define
+
+from .base import Source, SourceContext
+from .formats import DEFAULT_MAX_BYTES, expand, identify
+from .ingest import Quarantine, ingest_file
+from .parsers import ITERATIONS_FIRST, context_for
+from .sched_targets import gpu_processes
+
+log = logging.getLogger("aaco.sources.capture")
+
+CAPTURES = define(
+    "aaco.capture.runs",
+    "aaco_captures",
+    "counter",
+    "{capture}",
+    "Capture windows by outcome (ok, failed, timeout, refused_rate, refused_queue).",
+    ("source", "outcome"),
+)
+
+
+class CaptureConfig(StrictModel):
+    """Profile GPU processes in capture windows with a command, and ingest what it writes."""
+
+    type: Literal["capture"] = "capture"
+    name: str | None = Field(None, description="Source name in metrics and logs (default: the type).")
+    command: str = Field(..., description="Command template with {pid}, {out}, {duration_ms} (no shell).")
+    out_dir: Path = Field(Path("/var/lib/aaco/captures"), description="Where each capture gets its directory.")
+    duration_ms: PositiveInt = Field(2000, description="Length of a capture window.")
+    interval_s: NonNegativeFloat = Field(300.0, description="Capture targets this often; 0: only on demand.")
+    targets: Literal["gpu"] | list[PositiveInt] = Field("gpu", description="'gpu' (discovered) or a list of pids.")
+    max_concurrent: PositiveInt = Field(1, description="Captures running at once.")
+    min_gap_s: NonNegativeFloat = Field(60.0, description="At most one capture per pid this often.")
+    max_queue: PositiveInt = Field(64, description="Capture requests waiting at most.")
+    timeout_s: PositiveFloat = Field(60.0, description="Grace beyond duration_ms before the command is killed.")
+    keep_outputs: bool = Field(False, description="Keep each capture's directory after ingesting it.")
+    max_file_bytes: PositiveInt = Field(DEFAULT_MAX_BYTES, description="Ignore output files larger than this.")
+    model: str | None = Field(None, description="Model name for the iterations (default: the file name).")
+
+    @field_validator("command")
+    @classmethod
+    def _template(cls, v: str) -> str:
+        try:
+            args = shlex.split(v)
+        except ValueError as exc:
+            raise ValueError(f"cannot split the command: {exc}") from exc
+        if not args:
+            raise ValueError("empty command")
+        if "{out}" not in v:
+            raise ValueError("the command must write its output to {out}")
+        return v
+
+
+def fill(arg: str, values: dict[str, str]) -> str:
+    """One argument of the template with its placeholders filled."""
+    for placeholder, value in values.items():
+        arg = arg.replace(placeholder, value)
+    return arg
+
+
+class CaptureSource(Source):
+    """Runs capture windows (scheduled and requested) and ingests their output."""
+
+    type = "capture"
+
+    def __init__(self, config: CaptureConfig, name: str) -> None:
+        super().__init__(name)
+        self.config = config
+        self._queue: deque[tuple[int, str]] = deque()
+        self._last: dict[int, float] = {}
+        self._running: set[int] = set()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._ctx: SourceContext | None = None
+        self.completed = 0
+
+    # -- requests -----------------------------------------------------------------------------------
+
+    def request(self, pid: int, reason: str) -> tuple[bool, str]:
+        """Ask for a capture of ``pid`` (on demand); (accepted, why not)."""
+        if not Path(f"/proc/{pid}").exists():
+            return False, f"no process with pid {pid}"
+        now = time.monotonic()
+        with self._lock:
+            last = self._last.get(pid)
+            if pid in self._running or any(p == pid for p, _ in self._queue):
+                return False, f"pid {pid} is already being captured"
+            if last is not None and now - last < self.config.min_gap_s:
+                self._count("refused_rate")
+                return False, f"pid {pid} was captured {now - last:.0f}s ago (min_gap_s {self.config.min_gap_s:.0f})"
+            if len(self._queue) >= self.config.max_queue:
+                self._count("refused_queue")
+                return False, "too many captures waiting"
+            self._queue.append((pid, reason))
+        self._wake.set()
+        return True, "queued"
+
+    def _count(self, outcome: str) -> None:
+        if self._ctx is not None:
+            self._ctx.stats.inc(CAPTURES, 1, source=self.name, outcome=outcome)
+
+    def _targets(self) -> set[int]:
+        if self.config.targets == "gpu":
+            return gpu_processes() - {os.getpid()}
+        return {p for p in self.config.targets if Path(f"/proc/{p}").exists()}
+
+    # -- the loop -----------------------------------------------------------------------------------
+
+    def run(self, ctx: SourceContext) -> None:
+        """Schedule, run and ingest captures until stopped."""
+        self._ctx = ctx
+        quarantine = Quarantine(ctx.quarantine)
+        cfg = self.config
+        next_round = time.monotonic() if cfg.interval_s > 0 else float("inf")
+        with ThreadPoolExecutor(max_workers=cfg.max_concurrent, thread_name_prefix=f"aaco-{self.name}") as pool:
+            while not ctx.stop.is_set():
+                now = time.monotonic()
+                if now >= next_round:
+                    for pid in sorted(self._targets()):
+                        self.request(pid, "schedule")
+                    next_round = now + cfg.interval_s
+                while True:
+                    with self._lock:
+                        if not self._queue or len(self._running) >= cfg.max_concurrent:
+                            break
+                        pid, reason = self._queue.popleft()
+                        self._running.add(pid)
+                        self._last[pid] = time.monotonic()
+                    pool.submit(self._capture, ctx, quarantine, pid, reason)
+                self._wake.wait(min(1.0, max(0.05, next_round - time.monotonic())))
+                self._wake.clear()
+
+    def _capture(self, ctx: SourceContext, quarantine: Quarantine, pid: int, reason: str) -> None:
+        cfg = self.config
+        out = cfg.out_dir / f"{pid}-{time.time_ns() // 1_000_000}"
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            values = {"{pid}": str(pid), "{out}": os.fspath(out), "{duration_ms}": str(cfg.duration_ms)}
+            args = [fill(arg, values) for arg in shlex.split(cfg.command)]
+            outcome = self._execute(ctx, args, pid, out)
+            if outcome in ("ok", "failed"):  # a failed profiler may still have written something useful
+                self._ingest(ctx, quarantine, out, pid)
+            self._count(outcome)
+            log.info("capture of pid %d (%s): %s", pid, reason, outcome)
+        except OSError as exc:
+            self._count("failed")
+            ctx.problem(
+                self.name, os.fspath(out), "capture", f"capture of pid {pid} failed: {exc}", fatal=False, count=1
+            )
+        finally:
+            with self._lock:
+                self._running.discard(pid)
+            if not cfg.keep_outputs:
+                shutil.rmtree(out, ignore_errors=True)
+            self.completed += 1
+            self._wake.set()
+
+    def _execute(self, ctx: SourceContext, args: list[str], pid: int, out: Path) -> str:
+        timeout = self.config.duration_ms / 1000 + self.config.timeout_s
+        try:
+            proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as exc:
+            ctx.problem(self.name, args[0], "capture", f"cannot run the capture command: {exc}", fatal=False, count=1)
+            return "failed"
+        try:
+            _, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            ctx.problem(
+                self.name,
+                os.fspath(out),
+                "timeout",
+                f"capture of pid {pid} killed after {timeout:.0f}s",
+                fatal=False,
+                count=1,
+            )
+            return "timeout"
+        if proc.returncode != 0:
+            tail = (err or b"").decode(errors="replace").strip().splitlines()[-3:]
+            ctx.problem(
+                self.name,
+                args[0],
+                "capture",
+                f"capture of pid {pid} exited {proc.returncode}: " + " | ".join(tail),
+                fatal=False,
+                count=1,
+            )
+            return "failed"
+        return "ok"
+
+    def _ingest(self, ctx: SourceContext, quarantine: Quarantine, out: Path, pid: int) -> None:
+        files = []
+        for path in expand([out]):
+            try:
+                if path.stat().st_size <= self.config.max_file_bytes:
+                    files.append(identify(path))
+            except (TraceFormatError, OSError):
+                continue  # profilers leave logs and metadata beside their traces
+        files.sort(key=lambda tf: (tf.format not in ITERATIONS_FIRST, str(tf.path)))
+        for tf in files:
+            tctx = context_for(tf, node=ctx.node, source=self.name, model=self.config.model, pid=pid)
+            ingest_file(
+                ctx,
+                self.name,
+                tf,
+                tctx,
+                quarantine,
+                key=f"capture:{tf.identity}",
+                max_bytes=self.config.max_file_bytes,
+                live=True,
+            )
+
+
+def create(config: CaptureConfig, name: str) -> CaptureSource:
+    """Factory used by the source registry."""
+    return CaptureSource(config, name)

@@ -1,0 +1,157 @@
+"""The capture source: scheduled and on-demand windows, bounded, ingested (rocprofv3 cannot run here:
+the command copies a real sample where rocprofv3 would write)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pyarrow.compute as pc
+import pytest
+import yaml
+
+from aaco.agent.sources.capture import CAPTURES
+from tests.conftest import get_free_port
+
+from .helpers import http_get, metric_value, read_lake, run_aaco, start_aaco, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def sleepers():
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"]) for _ in range(2)]
+    yield [p.pid for p in procs]
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def config(tmp_path, samples, port, targets, interval_s, command=None, **extra):
+    sample = samples / "rocprofv3" / "kernel_trace.csv"
+    cmd = command or f"cp {sample} {{out}}/{{pid}}_kernel_trace.csv"
+    path = tmp_path / "agent.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "node": "cap-node",
+                "sources": [
+                    {
+                        "type": "capture",
+                        "command": cmd,
+                        "out_dir": str(tmp_path / "captures"),
+                        "targets": targets,
+                        "interval_s": interval_s,
+                        "min_gap_s": 120,
+                        "duration_ms": 100,
+                        **extra,
+                    }
+                ],
+                "exporters": {
+                    "prometheus": {"port": port},
+                    "lake": {"path": str(tmp_path / "lake"), "flush_interval_s": 0.3},
+                },
+                "pipeline": {"snapshot_interval_s": 0.5},
+            }
+        )
+    )
+    return path
+
+
+def test_scheduled_and_on_demand_captures(tmp_path, aaco_bin, samples, sleepers):
+    port = get_free_port()
+    first, second = sleepers
+    cfg = config(tmp_path, samples, port, [first], interval_s=0.5)
+    agent = start_aaco(aaco_bin, "agent", "--config", str(cfg), log=tmp_path / "agent.log")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: http_get(base + "/readyz")[0] == 200, 60, what="ready")
+        wait_for(
+            lambda: metric_value(http_get(base + "/metrics")[1], "aaco_captures_total", outcome="ok") == 1,
+            60,
+            what="the scheduled capture",
+        )
+        # on demand, through the command line
+        proc = run_aaco(aaco_bin, "capture", "--pid", str(second), "--agent", base)
+        assert proc.returncode == 0, proc.stderr
+        assert f"pid {second}" in proc.stdout
+        wait_for(
+            lambda: metric_value(http_get(base + "/metrics")[1], "aaco_captures_total", outcome="ok") == 2,
+            60,
+            what="the requested capture",
+        )
+        # bounded: the same pid again within min_gap_s is refused, and counted
+        again = run_aaco(aaco_bin, "capture", "--pid", str(second), "--agent", base)
+        assert again.returncode == 2 and "captured" in again.stderr
+        gone = run_aaco(aaco_bin, "capture", "--pid", "999999999", "--agent", base)
+        assert gone.returncode == 2 and "no process with pid" in gone.stderr
+        wait_for(
+            lambda: (metric_value(http_get(base + "/metrics")[1], "aaco_kernels_total", kind="kernel") or 0) == 18,
+            30,
+            what="both captures in the pipeline",
+        )
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(20) == 0
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+    k = read_lake(tmp_path / "lake", "kernels")
+    assert k.num_rows == 18
+    assert sorted(set(k.column("pid").to_pylist())) == sorted([first, second])  # attributed to the captured pids
+    assert k.filter(pc.equal(k["source"], "capture")).num_rows == 18
+    assert not list((tmp_path / "captures").iterdir())  # outputs removed once ingested
+
+
+def test_no_agent_is_a_clear_error(aaco_bin):
+    proc = run_aaco(aaco_bin, "capture", "--pid", "1", "--agent", f"http://127.0.0.1:{get_free_port()}")
+    assert proc.returncode == 2 and "no agent answers" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_hung_profiler_is_killed(tmp_path, samples, sleepers):
+    from aaco.agent.config import load_config
+    from aaco.agent.service import AgentService
+
+    cfg = load_config(
+        config(
+            tmp_path,
+            samples,
+            get_free_port(),
+            [sleepers[0]],
+            interval_s=0.2,
+            command=f"{sys.executable} -c 'import time; time.sleep(601)' {{out}}",
+            timeout_s=0.5,
+        ),
+        env={},
+    )
+    svc = AgentService(cfg)
+    svc.start()
+    try:
+        wait_for(lambda: svc.stats.get(CAPTURES, source="capture", outcome="timeout") >= 1, 30, what="the timeout")
+    finally:
+        svc.shutdown(timeout_s=10)
+    out = subprocess.run(["pgrep", "-f", "time.sleep.601"], capture_output=True, text=True, check=False)
+    assert out.stdout.strip() == ""  # the whole process group is gone
+
+
+def test_placeholders_never_reach_a_shell(tmp_path, samples, sleepers):
+    """A hostile-looking template argument stays one argument: no shell, no injection."""
+    from aaco.agent.config import load_config
+    from aaco.agent.service import AgentService
+
+    marker = tmp_path / "pwned"
+    cfg = load_config(
+        config(
+            tmp_path, samples, get_free_port(), [sleepers[0]], interval_s=0.2, command=f"echo {{out}}; touch {marker}"
+        ),
+        env={},
+    )
+    svc = AgentService(cfg)
+    svc.start()
+    try:
+        wait_for(lambda: svc.stats.get(CAPTURES, source="capture", outcome="ok") >= 1, 30, what="the capture")
+    finally:
+        svc.shutdown(timeout_s=10)
+    assert not marker.exists()
+    time.sleep(0.1)

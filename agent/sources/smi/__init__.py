@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from aaco.agent.config_base import StrictModel
 
@@ -71,6 +71,16 @@ class SmiSourceConfig(StrictModel):
     amd_smi: str = Field("amd-smi", description="The amd-smi command (name on PATH or path).")
     rocm_smi: str = Field("rocm-smi", description="The rocm-smi command (name on PATH or path).")
     nvidia_smi: str = Field("nvidia-smi", description="The nvidia-smi command (name on PATH or path).")
+
+    @field_validator("file", "sysfs_root", "kubelet_socket")
+    @classmethod
+    def _absolute(cls, path: Path | None) -> Path | None:
+        """Relative paths are taken against the working directory once, when the configuration loads.
+
+        The process's working directory can change while the agent runs (bcc compiles eBPF programs
+        in another directory), and a capture read every second must not go missing meanwhile.
+        """
+        return None if path is None else path.absolute()
 
     @model_validator(mode="after")
     def _file_with_file_backend(self) -> SmiSourceConfig:

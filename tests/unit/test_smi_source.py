@@ -119,8 +119,8 @@ def test_hung_tool_is_killed_with_its_children(tmp_path: Path):
     tool = tmp_path / "hung-smi"
     tool.write_text(f"#!/bin/sh\nsleep 300 &\necho $$ $! > {pids}\nwait\n")
     tool.chmod(0o755)
-    with pytest.raises(BackendTimeoutError, match=r"no answer within 0\.5s; killed"):
-        run_tool([str(tool)], 0.5)
+    with pytest.raises(BackendTimeoutError, match=r"no answer within 2s; killed"):
+        run_tool([str(tool)], 2.0)
     for pid in map(int, pids.read_text().split()):
         for _ in range(100):
             if not _alive(pid):
@@ -237,9 +237,9 @@ def test_nvml_backend_through_the_source_with_a_hung_library():
     nvml.nvmlDeviceGetCount = lambda: (gate.wait(), real())[1]
     gate.set()
     src = SmiSource(
-        SmiSourceConfig(backend="nvml", kubelet_socket=None, timeout_s=0.2),
+        SmiSourceConfig(backend="nvml", kubelet_socket=None, timeout_s=1.0),
         "smi",
-        BackendOptions(timeout_s=0.2, modules={"pynvml": nvml}),
+        BackendOptions(timeout_s=1.0, modules={"pynvml": nvml}),
     )
     ctx = context()
     src.backend = open_backend("nvml", src.options)

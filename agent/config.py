@@ -37,7 +37,7 @@ from aaco.exporters.prometheus import PrometheusConfig
 
 from .config_base import StrictModel
 from .errors import ConfigError
-from .receivers.otlp import OtlpReceiverConfig
+from .receivers.config import OtlpReceiverConfig
 from .sources import REGISTRY
 
 ENV_PREFIX = "AACO_"

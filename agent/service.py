@@ -34,10 +34,7 @@ from aaco.analyzers.sched import SchedAnalyzer
 from aaco.analyzers.telemetry import TelemetryAnalyzer
 from aaco.exporters.base import Exporter
 from aaco.exporters.lake import LakeExporter
-from aaco.exporters.otlp_metrics import OtlpMetricsExporter
-from aaco.exporters.otlp_sender import OtlpSender
 from aaco.exporters.otlp_settings import resolve as resolve_otlp
-from aaco.exporters.otlp_traces import OtlpTraceExporter, rejected_spans
 from aaco.exporters.prometheus import PrometheusExporter
 
 from .config import AgentConfig, source_names
@@ -47,7 +44,6 @@ from .pipeline.correlator import Correlator
 from .pipeline.ledger import Ledger
 from .pipeline.stats import Stats
 from .pipeline.worker import Pipeline
-from .receivers.otlp import OtlpReceiver
 from .sources import REGISTRY
 from .sources.base import Journal, NullProgress, Problem, Progress, Source, SourceContext
 from .sources.capture import CaptureSource
@@ -118,8 +114,8 @@ class AgentService:
         self._worker: threading.Thread | None = None
         self._worker_stop = threading.Event()
         self.final_snapshot: AnalysisSnapshot | None = None
-        self.receiver: OtlpReceiver | None = None
-        self._forwarders: list[OtlpSender] = []
+        self.receiver: Any = None  # the OTLP receiver, when enabled
+        self._forwarders: list[Any] = []  # OtlpSender for forwarded metrics and logs
 
     # -- exporters ----------------------------------------------------------------------------------
 
@@ -132,6 +128,8 @@ class AgentService:
             actions = {"/api/v1/capture": self.capture_request}
             out.append(PrometheusExporter(ex.prometheus, self.stats, self, config.node, actions))
         if resolve_otlp(ex.otlp, "traces") is not None:
+            from aaco.exporters.otlp_traces import OtlpTraceExporter  # gRPC and protobuf only when used
+
             rx = config.receivers.otlp
             out.append(
                 OtlpTraceExporter(
@@ -139,6 +137,8 @@ class AgentService:
                 )
             )
         if resolve_otlp(ex.otlp, "metrics") is not None:
+            from aaco.exporters.otlp_metrics import OtlpMetricsExporter  # the OpenTelemetry SDK only when used
+
             out.append(OtlpMetricsExporter(ex.otlp, self.stats, config.node, interval_s=ex.otlp.metrics_interval_s))
         return out + self._extra
 
@@ -260,11 +260,16 @@ class AgentService:
             )
 
     def _start_receiver(self) -> None:
+        from aaco.exporters.otlp_sender import OtlpSender
+        from aaco.exporters.otlp_traces import OtlpTraceExporter, rejected_spans
+
+        from .receivers.otlp import OtlpReceiver
+
         traces = self.exporter(OtlpTraceExporter)
         assert isinstance(traces, OtlpTraceExporter)
         traces.assembler.receiving = True
         otlp = self.config.exporters.otlp
-        senders: dict[str, OtlpSender | None] = {}
+        senders: dict[str, Any] = {}
         for kind in ("metrics", "logs"):
             target = resolve_otlp(otlp, kind)  # type: ignore[arg-type]
             sender = None
@@ -396,7 +401,7 @@ def run_until_stopped(
     *,
     stop_when_sources_done: bool,
     reload_config: Callable[[], AgentConfig] | None = None,
-    poll_s: float = 0.2,
+    poll_s: float = 0.05,
 ) -> None:
     """Run ``service`` in the main thread until SIGTERM/SIGINT (or, if asked, until its sources are done).
 

@@ -108,17 +108,23 @@ class ActivityAnalyzer(Analyzer):
             return
         starts = b.column("start_ns").to_numpy()
         ends = b.column("end_ns").to_numpy()
-        nodes = b.column("node").to_numpy(zero_copy_only=False)
-        devices = b.column("device").fill_null("unknown").to_numpy(zero_copy_only=False)
-        runs = b.column("run_id").fill_null(item.source).to_numpy(zero_copy_only=False)
         compute = pc.equal(b.column("kind"), "kernel").fill_null(False).to_numpy(zero_copy_only=False)
-        keys = np.array([f"{n}\x00{d}\x00{r}" for n, d, r in zip(nodes, devices, runs, strict=True)], dtype=object)
-        for key in dict.fromkeys(keys.tolist()):
-            mask = keys == key
+        # (node, device, run) as integer codes: one vectorised grouping instead of a key per row
+        columns = (b.column("node"), b.column("device").fill_null("unknown"), b.column("run_id").fill_null(item.source))
+        codes, names = [], []
+        for col in columns:
+            enc = pc.dictionary_encode(col)
+            codes.append(enc.indices.to_numpy(zero_copy_only=False).astype(np.int64))
+            names.append(enc.dictionary.to_pylist())
+        keys = (codes[0] * len(names[1]) + codes[1]) * len(names[2]) + codes[2]
+        for key in np.unique(keys):
+            mask = keys == key if len(names[0]) * len(names[1]) * len(names[2]) > 1 else slice(None)
             s, e, c = starts[mask], ends[mask], compute[mask]
             order = np.argsort(s, kind="stable")
             s, e, c = s[order], e[order], c[order]
-            k = tuple(key.split("\x00"))
+            rest, run = divmod(int(key), len(names[2]))
+            node, device = divmod(rest, len(names[1]))
+            k = (names[0][node], names[1][device], names[2][run])
             w = self._windows.pop(k, None) or _Window(int(s[0]), int(e.max()))
             w.start = min(w.start, int(s[0]))
             w.end = max(w.end, int(e.max()))

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import onnx
+if TYPE_CHECKING:
+    import onnx
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ class GraphSummary:
 
 def _walk(graph: onnx.GraphProto, ops: Counter[str]) -> tuple[int, int]:
     """Count nodes of ``graph`` and of every nested subgraph; return (nodes, subgraphs)."""
+    import onnx
+
     nodes, subgraphs = 0, 0
     for node in graph.node:
         nodes += 1
@@ -63,6 +66,8 @@ def _walk(graph: onnx.GraphProto, ops: Counter[str]) -> tuple[int, int]:
 
 def summarize(model: onnx.ModelProto) -> GraphSummary:
     """Summarise a loaded model (pure: no file access)."""
+    import onnx
+
     ops: Counter[str] = Counter()
     nodes, subgraphs = _walk(model.graph, ops)
     fn_ops: Counter[str] = Counter()

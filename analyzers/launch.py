@@ -18,6 +18,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -141,24 +142,7 @@ class LaunchAnalyzer(Analyzer):
                 if g is not None:
                     g.iteration_ns += int(row["dur_sum"])
             return
-        dur = pc.subtract(table["end_ns"], table["start_ns"])
-        is_kernel = pc.equal(table["kind"], "kernel")
-        t = pa.table(
-            {
-                "node": table["node"],
-                "model": pc.fill_null(table["model"], "unknown"),
-                "run": pc.fill_null(table["run_id"], item.source),
-                "kind": table["kind"],
-                "start": table["start_ns"],
-                "end": table["end_ns"],
-                "kdur": pc.if_else(is_kernel, dur, 0),
-                "micro": pc.cast(pc.and_(is_kernel, pc.less(dur, self._threshold_ns)), pa.int64()),
-            }
-        )
-        agg = t.group_by(["node", "model", "run", "kind"]).aggregate(
-            [("start", "count"), ("start", "min"), ("end", "max"), ("kdur", "sum"), ("micro", "sum")]
-        )
-        for row in agg.to_pylist():
+        for row in self._aggregate(table, item.source):
             g = self._group((row["node"], row["model"]))
             if g is None:
                 continue
@@ -176,6 +160,43 @@ class LaunchAnalyzer(Analyzer):
             else:
                 window[0] = min(window[0], row["start_min"])
                 window[1] = max(window[1], row["end_max"])
+
+    def _aggregate(self, table: pa.Table, source: str) -> list[dict[str, Any]]:
+        """Per (node, model, run, kind): count, first start, last end, kernel busy time, microkernels.
+
+        A batch nearly always holds one such group (one capture of one model): then plain numpy
+        reductions; otherwise a pyarrow group-by.
+        """
+        keys = {
+            "node": table["node"],
+            "model": pc.fill_null(table["model"], "unknown"),
+            "run": pc.fill_null(table["run_id"], source),
+            "kind": table["kind"],
+        }
+        starts, ends = table["start_ns"].to_numpy(), table["end_ns"].to_numpy()
+        dur = ends - starts
+        is_kernel = pc.equal(table["kind"], "kernel").to_numpy(zero_copy_only=False)
+        micro = is_kernel & (dur < self._threshold_ns)
+        single = {k: pc.unique(v) for k, v in keys.items()}
+        if all(len(u) == 1 for u in single.values()):
+            return [
+                {
+                    **{k: u[0].as_py() for k, u in single.items()},
+                    "start_count": int(starts.size),
+                    "start_min": int(starts.min()),
+                    "end_max": int(ends.max()),
+                    "kdur_sum": int(dur[is_kernel].sum()),
+                    "micro_sum": int(micro.sum()),
+                }
+            ]
+        t = pa.table(
+            {**keys, "start": starts, "end": ends, "kdur": np.where(is_kernel, dur, 0), "micro": micro.astype(np.int64)}
+        )
+        return (
+            t.group_by(["node", "model", "run", "kind"])
+            .aggregate([("start", "count"), ("start", "min"), ("end", "max"), ("kdur", "sum"), ("micro", "sum")])
+            .to_pylist()
+        )
 
     def snapshot(self) -> LaunchResult:
         """Launch tax per model."""

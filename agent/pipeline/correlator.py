@@ -8,6 +8,8 @@ source has one — GPU work runs after the launching step ended — else its own
 Iterations usually arrive before their kernels (sources publish them first). A kernel newer than
 every known iteration of its process may still get one, so it is held for ``hold_s`` (bounded by
 ``max_pending_events``) before it leaves without a trace; ``flush`` releases everything at shutdown.
+Kernels of a process with no iteration known at all go on at once: holding every kernel of a
+trace without iterations would only delay (and buffer) all of it.
 Memory is bounded: at most ``max_iterations_per_process`` iterations per process and
 ``max_processes`` processes are indexed (oldest forgotten first).
 """
@@ -179,41 +181,49 @@ class Correlator:
             return [item]
         t = pc.coalesce(batch.column("launch_start_ns"), batch.column("start_ns"))
         times = _np(t, 0).astype(np.int64)
-        nodes = _np(batch.column("node"), "")
-        pids = _np(batch.column("pid"), -1).astype(np.int64)
+        # (node, pid) as one integer per row: node's dictionary code above, pid (+2**32) below
+        enc = pc.dictionary_encode(batch.column("node"))
+        node_names = enc.dictionary.to_pylist()
+        keys = (enc.indices.to_numpy(zero_copy_only=False).astype(np.int64) << 33) + (
+            _np(batch.column("pid"), -1).astype(np.int64) + (1 << 32)
+        )
+        unique = np.unique(keys)
         hit = np.full(n, -1, dtype=np.int64)
         later = np.zeros(n, dtype=bool)  # newer than every known iteration of its process
-        fields: dict[str, np.ndarray] = {
-            "trace_id": np.full(n, None, dtype=object),
-            "parent_span_id": np.full(n, None, dtype=object),
-            "model": np.full(n, None, dtype=object),
-            "run_id": np.full(n, None, dtype=object),
-            "iteration": np.full(n, -1, dtype=np.int64),
-        }
-        for node, pid in {(str(a), int(b)) for a, b in zip(nodes, pids, strict=True)}:
-            mask = (nodes == node) & (pids == pid)
+        fields: dict[str, np.ndarray] = {}
+        for key in unique.tolist():
+            node, pid = node_names[key >> 33], (key & ((1 << 33) - 1)) - (1 << 32)
+            mask = keys == key if unique.size > 1 else np.ones(n, dtype=bool)
             index = self._index.get((node, pid))
             if index is None or index.starts.size == 0:
-                later |= mask
-                continue
+                continue  # no iteration of this process is known: nothing to wait for
             rows = np.nonzero(mask)[0]
             pos = np.searchsorted(index.starts, times[rows], side="right") - 1
             ok = pos >= 0
             ok[ok] = times[rows][ok] <= index.ends[pos[ok]]
             matched_rows, matched_pos = rows[ok], pos[ok]
-            hit[matched_rows] = matched_pos
-            fields["trace_id"][matched_rows] = index.trace_ids[matched_pos]
-            fields["parent_span_id"][matched_rows] = index.span_ids[matched_pos]
-            fields["model"][matched_rows] = index.models[matched_pos]
-            fields["run_id"][matched_rows] = index.run_ids[matched_pos]
-            fields["iteration"][matched_rows] = index.iterations[matched_pos]
+            if matched_rows.size and not fields:
+                fields = {
+                    "trace_id": np.full(n, None, dtype=object),
+                    "parent_span_id": np.full(n, None, dtype=object),
+                    "model": np.full(n, None, dtype=object),
+                    "run_id": np.full(n, None, dtype=object),
+                    "iteration": np.full(n, -1, dtype=np.int64),
+                }
+            if matched_rows.size:
+                hit[matched_rows] = matched_pos
+                fields["trace_id"][matched_rows] = index.trace_ids[matched_pos]
+                fields["parent_span_id"][matched_rows] = index.span_ids[matched_pos]
+                fields["model"][matched_rows] = index.models[matched_pos]
+                fields["run_id"][matched_rows] = index.run_ids[matched_pos]
+                fields["iteration"][matched_rows] = index.iterations[matched_pos]
             later[rows[~ok]] = times[rows[~ok]] > index.ends.max()
         # A row that already has a trace (set by its source) keeps its own context whole; the others
         # take trace, parent and iteration from their matched iteration together, never mixed.
         own = _np(batch.column("trace_id").is_valid(), False).astype(bool)
         matched = (hit >= 0) & ~own
         values = {}
-        for name in _CONTEXT_COLUMNS:
+        for name in _CONTEXT_COLUMNS if fields else ():
             existing = batch.column(name)
             arr = fields[name]
             if name == "iteration":
@@ -225,7 +235,7 @@ class Correlator:
                 values[name] = pc.coalesce(existing, new)
             else:
                 values[name] = pc.if_else(pa.array(own), existing, new)
-        out_batch = _with_columns(batch, values)
+        out_batch = _with_columns(batch, values) if values else batch
         hold_mask = ~matched & ~own & later if hold else np.zeros(n, dtype=bool)
         go_mask = ~hold_mask
         out: list[EventBatch] = []
@@ -239,7 +249,7 @@ class Correlator:
             go = out_batch.filter(pa.array(go_mask))
             self._stats.inc(CORRELATED, int(go.num_rows - n_matched), outcome="unmatched")
             out.append(item.derive(go))
-        held = item.derive(batch.filter(pa.array(hold_mask)))
+        held = item.derive(batch if hold_mask.all() else batch.filter(pa.array(hold_mask)))
         for r in item.ranges:  # one batch became two (what goes on and what is held): one more piece
             if out:
                 r.add_pieces(1)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-
-import onnx
-from google.protobuf.message import DecodeError
+from typing import Any
 
 from aaco.agent.errors import AacoError
 
@@ -18,6 +16,8 @@ def default_model_path() -> Path:
 
     It is a real graph (weights replaced by ConstantOfShape), so it needs no download.
     """
+    import onnx  # loaded only when a model is needed
+
     path = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / DEFAULT_MODEL
     if not path.is_file():
         raise AacoError(
@@ -38,7 +38,7 @@ def model_name(path: Path) -> str:
     return path.name.removesuffix(".onnx") or "model"
 
 
-def load_model(path: Path) -> onnx.ModelProto:
+def load_model(path: Path) -> Any:
     """Load and sanity-check an ONNX model, or raise ``AacoError`` naming the file and the problem."""
     if not path.exists():
         raise AacoError("model file not found", subject=path, hint="check the path given to --model")
@@ -48,6 +48,9 @@ def load_model(path: Path) -> onnx.ModelProto:
         raise AacoError("model file is not readable (permission denied)", subject=path)
     if path.stat().st_size == 0:
         raise AacoError("model file is empty", subject=path)
+    import onnx
+    from google.protobuf.message import DecodeError
+
     try:
         model = onnx.load(os.fspath(path), load_external_data=False)
     except (DecodeError, ValueError, RuntimeError) as exc:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-
-import onnxruntime as ort
+from typing import Any
 
 from aaco.agent.errors import AacoError
 
@@ -21,6 +20,8 @@ AUTO_ORDER = ("cuda", "migraphx", "rocm", "cpu")
 
 def resolve_provider(choice: str) -> str:
     """The short name of the provider to use for ``choice`` (``auto`` or one of ``PROVIDERS``)."""
+    import onnxruntime as ort  # here, not at import: the agent loads it only when a workload runs
+
     available = set(ort.get_available_providers())
     if choice == "auto":
         return next(p for p in AUTO_ORDER if PROVIDERS[p] in available)
@@ -49,8 +50,10 @@ def make_session(
     optimized_model: Path | None = None,
     intra_op_threads: int = 0,
     log_severity: int = 3,
-) -> ort.InferenceSession:
+) -> Any:
     """A session on ``provider`` (CPU as fallback for unsupported nodes), profiling when a prefix is given."""
+    import onnxruntime as ort
+
     so = ort.SessionOptions()
     so.log_severity_level = log_severity
     so.intra_op_num_threads = intra_op_threads

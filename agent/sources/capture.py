@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -41,6 +42,7 @@ from .parsers import ITERATIONS_FIRST, context_for
 from .sched_targets import gpu_processes
 
 log = logging.getLogger("aaco.sources.capture")
+_CAPTURE_DIR = re.compile(r"^(\d+)-\d+$")  # <pid>-<epoch ms>, one per capture window
 
 CAPTURES = define(
     "aaco.capture.runs",
@@ -144,6 +146,7 @@ class CaptureSource(Source):
         self._ctx = ctx
         quarantine = Quarantine(ctx.quarantine)
         cfg = self.config
+        self._recover(ctx, quarantine)
         next_round = time.monotonic() if cfg.interval_s > 0 else float("inf")
         with ThreadPoolExecutor(max_workers=cfg.max_concurrent, thread_name_prefix=f"aaco-{self.name}") as pool:
             while not ctx.stop.is_set():
@@ -162,6 +165,19 @@ class CaptureSource(Source):
                     pool.submit(self._capture, ctx, quarantine, pid, reason)
                 self._wake.wait(min(1.0, max(0.05, next_round - time.monotonic())))
                 self._wake.clear()
+
+    def _recover(self, ctx: SourceContext, quarantine: Quarantine) -> None:
+        """Ingest capture directories a previous run left behind (it stopped or crashed mid-ingest)."""
+        if not self.config.out_dir.is_dir():
+            return
+        for out in sorted(self.config.out_dir.iterdir()):
+            m = _CAPTURE_DIR.match(out.name)
+            if not (out.is_dir() and m):
+                continue
+            log.info("capture: ingesting %s, left by an earlier run", out)
+            self._ingest(ctx, quarantine, out, int(m.group(1)))
+            if not self.config.keep_outputs:
+                shutil.rmtree(out, ignore_errors=True)
 
     def _capture(self, ctx: SourceContext, quarantine: Quarantine, pid: int, reason: str) -> None:
         cfg = self.config
@@ -233,16 +249,9 @@ class CaptureSource(Source):
         files.sort(key=lambda tf: (tf.format not in ITERATIONS_FIRST, str(tf.path)))
         for tf in files:
             tctx = context_for(tf, node=ctx.node, source=self.name, model=self.config.model, pid=pid)
-            ingest_file(
-                ctx,
-                self.name,
-                tf,
-                tctx,
-                quarantine,
-                key=f"capture:{tf.identity}",
-                max_bytes=self.config.max_file_bytes,
-                live=True,
-            )
+            # keyed by the capture (two windows can write identical bytes), so a crash mid-ingest resumes it
+            key = f"{self.name}:{out.name}:{tf.path.relative_to(out)}"
+            ingest_file(ctx, self.name, tf, tctx, quarantine, key=key, max_bytes=self.config.max_file_bytes, live=True)
 
 
 def create(config: CaptureConfig, name: str) -> CaptureSource:

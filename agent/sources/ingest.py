@@ -110,26 +110,42 @@ def ingest_file(
     meta: dict | None = None,
     skip_committed: bool = True,
 ) -> IngestResult:
-    """Publish every event of a recognised file as one ledger range [0, size) under ``key``.
+    """Publish every event of a recognised file under checkpoint ``key`` (None: no checkpoint).
 
-    ``key`` None: no checkpoint. With ``skip_committed``, a file whose range the lake already
-    committed (same content identity) is skipped.
+    Each chunk ``parse_any`` yields is one ledger range [i, i+1) in chunk units: the lake commits
+    a big file as it goes (memory stays bounded) and a restart resumes after the last committed
+    chunk — ``parse_any`` cuts a file into the same chunks every time. The file's checkpoint
+    records its content identity and, once read, its chunk count, so a file the lake already
+    holds is skipped (unless not ``skip_committed``: read it all again).
     """
     subject = os.fspath(tf.path)
-    if key is not None and skip_committed:
-        done = ctx.ledger.committed(key)
-        if done is not None and done[0] >= tf.size and done[1].get("identity") == tf.identity:
+    info = dict(meta if meta is not None else {"path": subject})
+    info["identity"] = tf.identity
+    first = 0
+    if key is not None:
+        saved = ctx.ledger.committed(key)
+        same = saved is not None and saved[1].get("identity") == tf.identity
+        if same and skip_committed and saved[1].get("chunks") is not None and saved[0] >= saved[1]["chunks"]:
             return IngestResult(already=True)
-    info = meta if meta is not None else {"identity": tf.identity, "path": subject}
-    r = ctx.ledger.register(key, 0, tf.size, info) if key else None
+        if same and skip_committed:
+            first = saved[0]  # resume after the chunks the lake holds
+        else:
+            ctx.ledger.reset(key, {})
     out = IngestResult()
     skipped: Counter[str] = Counter()
     clock = None
     fmt = tf.format
     devices: dict[str, dict] = {}
+    chunks = 0  # chunks the file gave so far (the ones skipped on resume included)
     try:
-        for parsed in parse_any(tf, tctx, max_bytes=max_bytes):
+        for chunk, parsed in enumerate(parse_any(tf, tctx, max_bytes=max_bytes)):
+            chunks = chunk + 1
+            if chunk < first:
+                continue  # already in the lake
+            r = ctx.ledger.register(key, chunk, chunk + 1, info) if key else None
             _publish(ctx, source, parsed, r, live)
+            if r is not None:
+                r.seal()
             out.kernels += parsed.kernels.num_rows
             out.iterations += parsed.iterations.num_rows
             skipped += parsed.skipped
@@ -140,12 +156,12 @@ def ingest_file(
     except TraceFormatError as exc:
         out.complete = False
         quarantine.file(tf.path)
-        fatal = out.kernels == 0 and out.iterations == 0
+        fatal = out.kernels == 0 and out.iterations == 0 and first == 0
         what = "nothing could be read" if fatal else f"kept the {out.kernels + out.iterations} event(s) before it"
         ctx.problem(source, subject, "unreadable", f"{exc.message} ({what})", fatal=fatal, count=1)
-    finally:
-        if r is not None:
-            r.seal()
+    if key is not None:  # the file is read (whole, or up to its damage): record how many chunks it has
+        done = ctx.ledger.register(key, chunks, chunks, {**info, "chunks": chunks})
+        done.seal()
     for reason, count in skipped.items():
         if reason == "truncated_json":
             out.complete = False

@@ -15,7 +15,6 @@ from collections import deque
 from pathlib import Path
 from typing import Literal
 
-import onnx
 import orjson
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveInt
 
@@ -56,6 +55,8 @@ class OrtSourceConfig(StrictModel):
 
 
 def _optimized_node_count(path: Path) -> int | None:
+    import onnx
+
     try:
         return summarize(onnx.load(os.fspath(path), load_external_data=False)).nodes
     except Exception:  # an optimised model ORT could not fully serialise: KAR falls back to the source graph

@@ -172,8 +172,10 @@ class TraceDirSource(Source):
         if not same:  # another file under a reused inode
             ctx.ledger.reset(key, {})
             return f
-        f.offset = offset
-        f.done = bool(meta.get("done")) and offset >= st.st_size
+        if "chunks" in meta:  # a whole file: ingest_file resumes it by chunk, or skips it when complete
+            f.done = offset >= meta["chunks"] and meta.get("identity") is not None
+        else:  # a tailed file: byte offsets
+            f.offset = offset
         return f
 
     def _restart(self, ctx: SourceContext, f: _File, why: str) -> None:
@@ -181,9 +183,9 @@ class TraceDirSource(Source):
         ctx.ledger.reset(f.key, {})
         f.offset, f.header, f.decoder, f.done, f.format, f.skipping_line = 0, None, None, False, None, False
 
-    def _meta(self, f: _File, done: bool = False) -> dict[str, Any]:
+    def _meta(self, f: _File) -> dict[str, Any]:
         n = min(IDENTITY_BYTES, max(f.size, 0))
-        return {"path": os.fspath(f.path), "head_bytes": n, "head": head_digest(f.path, n), "done": done}
+        return {"path": os.fspath(f.path), "head_bytes": n, "head": head_digest(f.path, n)}
 
     def _read(self, ctx: SourceContext, quarantine: Quarantine, f: _File, now: float) -> None:
         if f.size <= 0:
@@ -215,8 +217,6 @@ class TraceDirSource(Source):
             f.done = True
             return
         tctx = context_for(tf, node=ctx.node, source=self.name, model=self.config.model)
-        meta = self._meta(f, done=True)
-        ctx.ledger.reset(f.key, {})
         ingest_file(
             ctx,
             self.name,
@@ -226,8 +226,7 @@ class TraceDirSource(Source):
             key=f.key,
             max_bytes=self.config.max_file_bytes,
             live=True,
-            meta=meta,
-            skip_committed=False,
+            meta=self._meta(f),
         )
         f.done = True
 

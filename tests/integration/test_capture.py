@@ -155,3 +155,20 @@ def test_placeholders_never_reach_a_shell(tmp_path, samples, sleepers):
         svc.shutdown(timeout_s=10)
     assert not marker.exists()
     time.sleep(0.1)
+
+
+def test_captures_left_by_a_crash_are_ingested_at_start(tmp_path, samples, sleepers):
+    from aaco.agent.config import load_config
+    from aaco.agent.service import AgentService
+
+    left = tmp_path / "captures" / f"{sleepers[0]}-1700000000000"
+    left.mkdir(parents=True)
+    (left / f"{sleepers[0]}_kernel_trace.csv").write_text((samples / "rocprofv3" / "kernel_trace.csv").read_text())
+    cfg = load_config(config(tmp_path, samples, get_free_port(), [sleepers[0]], interval_s=0), env={})
+    svc = AgentService(cfg)
+    svc.start()
+    try:
+        wait_for(lambda: not left.exists(), 30, what="the leftover capture ingested and removed")
+    finally:
+        svc.shutdown(timeout_s=10)
+    assert read_lake(tmp_path / "lake", "kernels").num_rows == 9

@@ -120,17 +120,30 @@ def spool_config(path: Path, spool: Path, lake: Path, port: int | None = None) -
     return path
 
 
-def committed_offsets(lake: Path) -> dict[str, int]:
+def checkpoints(lake: Path) -> dict[str, dict]:
     p = lake / "checkpoints" / "offsets.json"
     try:
-        return {v["meta"]["path"]: v["offset"] for v in json.loads(p.read_text())["inputs"].values()}
+        return {v["meta"]["path"]: v for v in json.loads(p.read_text())["inputs"].values()}
     except (OSError, ValueError, KeyError):
         return {}
 
 
+def committed_offsets(lake: Path) -> dict[str, int]:
+    return {path: v["offset"] for path, v in checkpoints(lake).items()}
+
+
 def all_committed(lake: Path, files: list[Path]) -> bool:
-    got = committed_offsets(lake)
-    return all(got.get(os.fspath(f), -1) >= f.stat().st_size for f in files)
+    """Tailed files: offsets in bytes up to their size; whole files: all their chunks."""
+    got = checkpoints(lake)
+
+    def done(f: Path) -> bool:
+        v = got.get(os.fspath(f))
+        if v is None:
+            return False
+        chunks = v["meta"].get("chunks")
+        return v["offset"] >= (chunks if chunks is not None else f.stat().st_size)
+
+    return all(done(f) for f in files)
 
 
 class Writer(threading.Thread):

@@ -139,16 +139,11 @@ def test_other_pid_and_other_node_do_not_match(stats, clock):
     assert outcomes(stats) == (0, 2)
 
 
-def test_kernels_of_unknown_process_are_held_then_released_unmatched(corr, stats, clock):
+def test_kernels_of_a_process_without_iterations_go_on_at_once(corr, stats, clock):
+    """No iteration of pid 99 is known: there is nothing to wait for, so nothing is held."""
     out = corr.process(item("kernels", kernels([1500], pid=[99])))
-    assert out == []
-    assert corr.pending_events == 1
-    clock.now += 1.9
-    assert corr.expire() == []
-    clock.now += 0.2
-    released = corr.expire()
-    assert rows(released)[0]["trace_id"] is None
-    assert rows(released)[0]["pid"] == 99
+    assert rows(out)[0]["trace_id"] is None
+    assert rows(out)[0]["pid"] == 99
     assert corr.pending_events == 0
     assert outcomes(stats) == (0, 1)
 
@@ -198,14 +193,15 @@ def test_held_kernels_match_when_their_iteration_arrives(corr, stats, clock):
 
 def test_flush_releases_everything(corr, stats):
     corr.process(item("kernels", kernels([5000, 6000])))
-    corr.process(item("kernels", kernels([7000], pid=[5])))
-    assert corr.pending_events == 3
+    passed = corr.process(item("kernels", kernels([7000], pid=[5])))  # no iteration of pid 5: not held
+    assert sum(b.rows for b in passed) == 1
+    assert corr.pending_events == 2
     before = stats.get(EVENTS_EMITTED, component="correlator")
     out = corr.flush()
-    assert sum(b.rows for b in out) == 3
+    assert sum(b.rows for b in out) == 2
     assert corr.pending_events == 0
     assert outcomes(stats) == (0, 3)
-    assert stats.get(EVENTS_EMITTED, component="correlator") == before + 3
+    assert stats.get(EVENTS_EMITTED, component="correlator") == before + 2
     assert corr.flush() == []
 
 

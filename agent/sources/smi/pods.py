@@ -23,12 +23,14 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
-
-import grpc
+from typing import TYPE_CHECKING, Final
 
 from .model import ATTR_CONTAINER, ATTR_NAMESPACE, ATTR_POD, GpuIdentity, normalize_pci
-from .podresources import api_pb2, api_pb2_grpc
+
+if TYPE_CHECKING:  # gRPC and the stubs load when the kubelet is first asked, not when the agent starts
+    import grpc
+
+    from .podresources import api_pb2, api_pb2_grpc
 
 log = logging.getLogger("aaco.sources.smi.pods")
 
@@ -145,6 +147,10 @@ class PodAttribution:
                 "to pods (running unlabelled)",
             )
             return
+        import grpc
+
+        from .podresources import api_pb2, api_pb2_grpc
+
         try:
             if self._stub is None:
                 self._channel = grpc.insecure_channel(f"unix://{os.path.abspath(self.socket)}")

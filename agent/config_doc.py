@@ -79,13 +79,25 @@ def render_model(
     return lines
 
 
+# Values shown for the required keys of each source type (sources without required keys need none).
+EXAMPLES: dict[str, dict[str, Any]] = {
+    "replay": {"paths": ["traces/"]},
+    "trace_dir": {"path": "/var/spool/aaco"},
+    "capture": {
+        "command": "rocprofv3 --attach {pid} --attach-duration-msec {duration_ms} --kernel-trace "
+        "--output-format csv -d {out}"
+    },
+}
+
+
 def render_sources(indent: int) -> list[str]:
     """Every registered source type with its fields; the embedded default (``ort``) active, others commented."""
     pad = " " * indent
     lines: list[str] = []
-    examples: dict[str, dict[str, Any]] = {"replay": {"paths": ["traces/"]}}
     for i, (kind, (cfg_cls, _)) in enumerate(REGISTRY.items()):
-        instance = cfg_cls(**examples.get(kind, {}))
+        given = EXAMPLES.get(kind, {})
+        missing = {n: "<required>" for n, f in cfg_cls.model_fields.items() if f.is_required() and n not in given}
+        instance = cfg_cls.model_construct(**{**given, **missing}) if missing else cfg_cls(**given)
         body = render_model(cfg_cls, indent + 2, instance, skip=("type",))
         block = [f"{pad}- type: {kind}", *body]
         if kind != "ort":

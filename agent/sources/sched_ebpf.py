@@ -17,6 +17,7 @@ import ctypes as ct
 import errno
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass
 from importlib import resources
@@ -216,6 +217,31 @@ def _comm(raw: bytes) -> str:
     return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
+_gil_lock = threading.Lock()
+_patched: set[str] = set()
+_COMPILE = "bpf_module_create_c_from_string"
+
+
+def hold_gil_while_compiling() -> None:
+    """Make bcc compile with the GIL held (once per process).
+
+    libbcc changes the *process's* working directory while it compiles (into the kernel headers,
+    and back), and ctypes releases the GIL around the call, so the agent's other threads would
+    resolve relative paths against the wrong directory for about a second. Calling the same
+    function through a ``PyDLL`` keeps the GIL: other Python threads pause for the compile instead.
+    """
+    from bcc import libbcc
+
+    with _gil_lock:
+        if _COMPILE in _patched:
+            return
+        current = getattr(libbcc.lib, _COMPILE)
+        held = getattr(ct.PyDLL(libbcc.lib._name), _COMPILE)
+        held.argtypes, held.restype = current.argtypes, current.restype
+        setattr(libbcc.lib, _COMPILE, held)
+        _patched.add(_COMPILE)
+
+
 class EbpfBackend:
     """Loads the program, maintains the targets map, drains the counters."""
 
@@ -223,6 +249,8 @@ class EbpfBackend:
 
     def __init__(self, settings: EbpfSettings) -> None:
         from bcc import BPF  # Debian's python3-bpfcc
+
+        hold_gil_while_compiling()
 
         self.settings = settings
         cflags = [

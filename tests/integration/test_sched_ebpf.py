@@ -321,3 +321,27 @@ def test_both_attachments_count_the_same_thing(ebpf, sleeper_under_load, attach)
     switches = int(d.threads.values[rows.VOLUNTARY].sum() + d.threads.values[rows.INVOLUNTARY].sum())
     assert switches > 300
     assert d.hist_count.sum() > 0
+
+
+def test_compiling_does_not_move_other_threads_working_directory(ebpf):
+    """libbcc chdirs into the kernel headers while it compiles; the agent's other threads never see it."""
+    import threading
+
+    from aaco.agent.sources.sched_ebpf import EbpfBackend, EbpfSettings
+
+    seen: set[str] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            seen.add(os.getcwd())
+            time.sleep(0.0005)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        EbpfBackend(EbpfSettings()).close()
+    finally:
+        done.set()
+        watcher.join()
+    assert seen == {os.getcwd()}

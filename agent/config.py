@@ -320,7 +320,33 @@ def load_config(
         problems += check_files(config)
     if problems or config is None:
         raise ConfigError(path, problems)
-    return config
+    return absolutize(config, Path.cwd())
+
+
+def absolutize(value: Any, base: Path) -> Any:
+    """``value`` with every relative ``Path`` in it (models, lists, dicts) made absolute against ``base``.
+
+    Paths are fixed once, when the configuration loads: the working directory is process-wide and
+    may change under the agent's threads (bcc changes it while it compiles an eBPF program), so a
+    relative lake or spool path must never be resolved later.
+    """
+    if isinstance(value, Path):
+        return value if value.is_absolute() else base / value
+    if isinstance(value, BaseModel):
+        updates = {}
+        for name in type(value).model_fields:
+            old = getattr(value, name)
+            new = absolutize(old, base)
+            if new is not old:
+                updates[name] = new
+        return value.model_copy(update=updates) if updates else value
+    if isinstance(value, list):
+        items = [absolutize(v, base) for v in value]
+        return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
+    if isinstance(value, dict):
+        items = {k: absolutize(v, base) for k, v in value.items()}
+        return items if any(items[k] is not value[k] for k in value) else value
+    return value
 
 
 def source_names(config: AgentConfig) -> list[str]:

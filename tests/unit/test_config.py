@@ -36,7 +36,7 @@ def test_embedded_default():
     assert c.sources[0].model is None
     assert c.exporters.prometheus.address == "127.0.0.1"
     assert c.exporters.prometheus.port == 9464
-    assert c.exporters.lake.path == Path("aaco-data")
+    assert c.exporters.lake.path == Path.cwd() / "aaco-data"  # made absolute at load
     assert c.exporters.otlp.endpoint is None
     assert c.pipeline.queue_max_events == 1_000_000
     assert c.log_level == "info"
@@ -300,3 +300,16 @@ def test_config_is_frozen():
     c = load_config(None, env=NO_ENV)
     with pytest.raises(Exception):  # noqa: B017 - pydantic raises its ValidationError subclass
         c.node = "other"  # type: ignore[misc]
+
+
+def test_relative_paths_are_made_absolute_when_loading(tmp_path, monkeypatch):
+    """The working directory may change later (bcc compiling eBPF): paths are fixed at load time."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "traces").mkdir()
+    cfg = load_config(
+        None, {"sources": [{"type": "replay", "paths": ["traces"]}], "exporters": {"lake": {"path": "lake"}}}, env={}
+    )
+    assert cfg.exporters.lake.path == tmp_path / "lake"
+    assert cfg.sources[0].paths == [tmp_path / "traces"]
+    monkeypatch.chdir("/")
+    assert cfg.exporters.lake.path == tmp_path / "lake"  # unchanged by a later chdir

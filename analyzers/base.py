@@ -23,11 +23,57 @@ class AnalyzerResult(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Finding:
+    """Something an analyzer concluded, with its evidence (a row of the ``findings`` schema)."""
+
+    ts_ns: int
+    node: str
+    analyzer: str
+    subject: str  # what it is about: a model, a device, a process
+    severity: str  # info | warning | critical
+    confidence: float  # 0..1
+    summary: str
+    evidence: Mapping[str, Any]
+    trace_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (``analysis.json``)."""
+        return {
+            "ts_ns": self.ts_ns,
+            "node": self.node,
+            "analyzer": self.analyzer,
+            "subject": self.subject,
+            "severity": self.severity,
+            "confidence": self.confidence,
+            "summary": self.summary,
+            "evidence": dict(self.evidence),
+            "trace_id": self.trace_id,
+        }
+
+
 class Analyzer(ABC):
-    """A pure, streaming analyzer: no I/O, no clocks, no knowledge of exporters."""
+    """A pure, streaming analyzer: no I/O, no clocks, no knowledge of exporters.
+
+    An analyzer that reaches conclusions queues ``Finding``s while it folds events in
+    (``emit``); the pipeline takes them (``drain_findings``) at each snapshot and stores them.
+    """
 
     name: ClassVar[str]
     kinds: ClassVar[frozenset[str]]
+    MAX_PENDING_FINDINGS: ClassVar[int] = 1000
+
+    def emit(self, finding: Finding) -> None:
+        """Queue a finding (bounded: beyond the cap the oldest are dropped, counted)."""
+        pending = self.__dict__.setdefault("_findings", [])
+        pending.append(finding)
+        if len(pending) > self.MAX_PENDING_FINDINGS:
+            del pending[0]
+            self.__dict__["_findings_dropped"] = self.__dict__.get("_findings_dropped", 0) + 1
+
+    def drain_findings(self) -> list[Finding]:
+        """The findings queued since the last call."""
+        return self.__dict__.pop("_findings", [])
 
     @abstractmethod
     def update(self, item: EventBatch) -> None:
@@ -45,12 +91,14 @@ class AnalysisSnapshot:
     ts_ns: int
     node: str
     results: Mapping[str, AnalyzerResult]
+    findings: tuple[Finding, ...] = ()  # the most recent, newest last
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``analysis.json`` document: one object per analyzer."""
+        """The ``analysis.json`` document: one object per analyzer, and the recent findings."""
         doc: dict[str, Any] = {"generated_at_ns": self.ts_ns, "node": self.node}
         for name, result in self.results.items():
             doc[name] = result.to_dict()
+        doc["findings"] = [f.to_dict() for f in self.findings]
         return doc
 
     def points(self) -> Iterator[MetricPoint]:

@@ -7,17 +7,19 @@ the batch for the others.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 
-from aaco.analyzers.base import AnalysisSnapshot, Analyzer
+from aaco.analyzers.base import AnalysisSnapshot, Analyzer, Finding
 from aaco.exporters.base import Exporter, ExportResult
 
 from .bus import Bus
 from .correlator import Correlator
 from .ledger import Ledger
-from .schemas import EventBatch
+from .schemas import EventBatch, conform
 from .signals import define
 from .stats import EXPORT_ERRORS, Stats
 
@@ -25,6 +27,14 @@ log = logging.getLogger("aaco.pipeline")
 
 IDLE_SNAPSHOT_GAP_S = 0.25
 
+FINDINGS = define(
+    "aaco.findings",
+    "aaco_findings",
+    "counter",
+    "{finding}",
+    "Findings the analyzers reached (drift, throttling, bottleneck, ...), by analyzer and severity.",
+    ("analyzer", "severity"),
+)
 ANALYZER_ERRORS = define(
     "aaco.agent.analyzer.errors",
     "aaco_analyzer_errors",
@@ -64,6 +74,7 @@ class Pipeline:
         self._failed: set[str] = set()
         self.heartbeat = clock()
         self.steps = 0
+        self.recent_findings: deque[Finding] = deque(maxlen=100)
 
     def step(self, timeout_s: float = 0.1) -> bool:
         """Process at most one batch (waiting up to ``timeout_s``) and the periodic work; True if one came."""
@@ -130,10 +141,37 @@ class Pipeline:
             except Exception:
                 self._bug(f"analyzer {a.name} snapshot", f"{a.name}.snapshot")
                 self.stats.inc(ANALYZER_ERRORS, 1, analyzer=a.name)
-        return AnalysisSnapshot(time.time_ns(), self.node, results)
+        return AnalysisSnapshot(time.time_ns(), self.node, results, tuple(self.recent_findings))
+
+    def _findings(self) -> None:
+        """Store the findings the analyzers reached since the last snapshot (as a ``findings`` batch)."""
+        found: list[Finding] = []
+        for a in self.analyzers:
+            found += a.drain_findings()
+        if not found:
+            return
+        for f in found:
+            self.stats.inc(FINDINGS, 1, analyzer=f.analyzer, severity=f.severity)
+        self.recent_findings.extend(found)
+        table = conform(
+            "findings",
+            {
+                "ts_ns": [f.ts_ns for f in found],
+                "node": [f.node for f in found],
+                "analyzer": [f.analyzer for f in found],
+                "subject": [f.subject for f in found],
+                "severity": [f.severity for f in found],
+                "confidence": [float(f.confidence) for f in found],
+                "summary": [f.summary for f in found],
+                "evidence_json": [json.dumps(dict(f.evidence), default=str, sort_keys=True) for f in found],
+                "trace_id": [f.trace_id for f in found],
+            },
+        )
+        self.dispatch(EventBatch("findings", table, "analyzers"))
 
     def publish_snapshot(self) -> AnalysisSnapshot:
         """Compute a snapshot and hand it to every exporter."""
+        self._findings()
         snap = self.snapshot()
         for exp in self.exporters:
             try:

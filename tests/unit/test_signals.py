@@ -64,7 +64,8 @@ def test_analysis_snapshot_to_dict_and_points():
     kar.update(b)
     snap = AnalysisSnapshot(42, NODE, {"latency": lat.snapshot(), "kar": kar.snapshot()})
     d = snap.to_dict()
-    assert list(d) == ["generated_at_ns", "node", "latency", "kar"]
+    assert list(d) == ["generated_at_ns", "node", "latency", "kar", "findings"]
+    assert d["findings"] == []
     assert d["generated_at_ns"] == 42
     assert d["node"] == NODE
     assert set(d["kar"]) == {"value", "band", "models"}

@@ -84,6 +84,27 @@ class Analyzer(ABC):
         """The current result (immutable; later updates do not change it)."""
 
 
+class DerivedAnalyzer(Analyzer):
+    """An analyzer that concludes from the other analyzers' results rather than from events.
+
+    At each snapshot the pipeline calls ``derive`` with every other analyzer's result (by name),
+    after computing them; it may ``emit`` findings. ``update`` and ``snapshot`` are not used for it.
+    """
+
+    kinds: ClassVar[frozenset[str]] = frozenset()
+
+    def update(self, item: EventBatch) -> None:
+        """Derived analyzers take no events."""
+
+    def snapshot(self) -> AnalyzerResult:
+        """Derived analyzers are computed by ``derive``."""
+        raise NotImplementedError("a derived analyzer is computed by derive(results)")
+
+    @abstractmethod
+    def derive(self, results: Mapping[str, AnalyzerResult]) -> AnalyzerResult:
+        """Conclude from the other analyzers' results (pure)."""
+
+
 @dataclass(frozen=True)
 class AnalysisSnapshot:
     """Every analyzer's result at one moment, as exporters receive it."""

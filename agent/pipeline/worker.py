@@ -13,7 +13,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from aaco.analyzers.base import AnalysisSnapshot, Analyzer, Finding
+from aaco.analyzers.base import AnalysisSnapshot, Analyzer, DerivedAnalyzer, Finding
 from aaco.exporters.base import Exporter, ExportResult
 
 from .bus import Bus
@@ -135,11 +135,20 @@ class Pipeline:
     def snapshot(self) -> AnalysisSnapshot:
         """Every analyzer's current result."""
         results = {}
+        derived = [a for a in self.analyzers if isinstance(a, DerivedAnalyzer)]
         for a in self.analyzers:
+            if a in derived:
+                continue
             try:
                 results[a.name] = a.snapshot()
             except Exception:
                 self._bug(f"analyzer {a.name} snapshot", f"{a.name}.snapshot")
+                self.stats.inc(ANALYZER_ERRORS, 1, analyzer=a.name)
+        for a in derived:  # after the others: they conclude from the others' results
+            try:
+                results[a.name] = a.derive(dict(results))
+            except Exception:
+                self._bug(f"analyzer {a.name} derive", f"{a.name}.derive")
                 self.stats.inc(ANALYZER_ERRORS, 1, analyzer=a.name)
         return AnalysisSnapshot(time.time_ns(), self.node, results, tuple(self.recent_findings))
 

@@ -223,3 +223,15 @@ def test_from_agent_config_takes_the_sched_sources_bound():
     cfg = load_config(None, {"sources": [{"type": "sched", "max_workloads": 7, "backend": "proc"}]}, env={})
     assert SchedAnalyzer.from_agent_config(cfg).max_workloads == 7
     assert SchedAnalyzer.from_agent_config(load_config(None, {}, env={})).max_workloads == 64
+
+
+def test_the_indices_are_defined_in_docs_metrics():
+    """docs/metrics.md defines both indices outside its generated table (regenerate it with splice, not >)."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    end = doc.index("<!-- END GENERATED -->")
+    section = doc[doc.index("## Scheduler indices") :]
+    assert doc.index("## Scheduler indices") > end
+    assert "interference = sum over threads of runqueue_wait_ns / (interval_ns × busy_threads)" in section
+    assert "fault_penalty = page_faults / interval_s × fault_offcpu_ns / offcpu_ns" in section

@@ -27,6 +27,7 @@ from typing import Any
 
 from aaco.analyzers.activity import ActivityAnalyzer
 from aaco.analyzers.base import AnalysisSnapshot, Analyzer
+from aaco.analyzers.families import FamiliesAnalyzer
 from aaco.analyzers.kar import KarAnalyzer
 from aaco.analyzers.latency import LatencyAnalyzer
 from aaco.analyzers.launch import LaunchAnalyzer
@@ -78,6 +79,7 @@ def build_analyzers(config: AgentConfig) -> list[Analyzer]:
         KarAnalyzer(max_models=a.max_models),
         LaunchAnalyzer(microkernel_threshold_us=a.launch.microkernel_threshold_us, max_groups=a.max_models),
         ActivityAnalyzer(),
+        FamiliesAnalyzer(max_models=a.max_models),
         TelemetryAnalyzer.from_config(config),
         SchedAnalyzer.from_agent_config(config),
     ]

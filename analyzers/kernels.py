@@ -1,8 +1,11 @@
 """Kernel families: what kind of work a kernel name stands for (GEMM, convolution, attention, ...).
 
 The rules are data (``FAMILY_RULES``): an ordered list of (family, patterns), first match wins,
-matched case-insensitively against the full (demangled) kernel name. Copies and memsets are known
-from the event kind. Names repeat heavily in a trace, so classification works on the unique names
+matched case-insensitively against the full (demangled) kernel name. Order matters: convolutions
+come before GEMMs (cuDNN/MIOpen implicit-GEMM convolutions), and library kernels no rule names fall
+back to their library's family last. Pooling counts as a (windowed) reduction. Copies and memsets
+are known from the event kind. ``tests/unit/test_families.py`` holds every kernel name of the real
+samples with its expected family. Names repeat heavily in a trace, so classification works on the unique names
 of a batch (``families``) and caches the answers (bounded).
 
 The patterns come from the libraries that emit the kernels: rocBLAS/Tensile (``Cijk_``), hipBLASLt,
@@ -23,6 +26,23 @@ import pyarrow.compute as pc
 FAMILY_RULES: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
     ("communication", (r"nccl", r"rccl", r"all_?reduce", r"all_?gather", r"reduce_?scatter", r"broadcast_?kernel")),
     ("attention", (r"flash", r"fmha", r"attention", r"attn", r"sdpa", r"mha_")),
+    # Convolution before GEMM: cuDNN/MIOpen run convolutions as implicit GEMMs
+    # (``sm80_xmma_fprop_implicit_gemm_...``), which are convolutions to the user.
+    (
+        "convolution",
+        (
+            r"conv",
+            r"winograd",
+            r"implicit_?gemm",
+            r"fprop",
+            r"dgrad",
+            r"wgrad",
+            r"im2col",
+            r"col2im",
+            r"scudnn",
+            r"fft2d_",
+        ),
+    ),
     (
         "gemm",
         (
@@ -41,28 +61,23 @@ FAMILY_RULES: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
             r"\bbmm\b",
             r"linear",
             r"dot_kernel",
-            r"^(fused)?matmul",
         ),
     ),
-    (
-        "convolution",
-        (
-            r"conv",
-            r"winograd",
-            r"implicit_?gemm",
-            r"miopen",
-            r"cudnn",
-            r"im2col",
-            r"col2im",
-            r"maxpool",
-            r"avgpool",
-            r"pooling",
-            r"\bpool",
-        ),
-    ),
+    # Pooling is a windowed reduction: memory-bound like the other reductions, so it is counted with them.
     (
         "normalization",
-        (r"norm", r"softmax", r"reduce", r"reduction", r"welford", r"mean", r"\bsum\b", r"argmax", r"topk"),
+        (
+            r"norm",
+            r"softmax",
+            r"reduce",
+            r"reduction",
+            r"welford",
+            r"mean",
+            r"\bsum\b",
+            r"argmax",
+            r"topk",
+            r"pool",
+        ),
     ),
     (
         "elementwise",
@@ -71,12 +86,18 @@ FAMILY_RULES: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
             r"vectorized",
             r"unrolled",
             r"pointwise",
+            r"multi_tensor",
             r"\brelu",
             r"gelu",
             r"silu",
             r"sigmoid",
             r"tanh",
+            r"clamp",
             r"\badd\b",
+            r"addition",
+            r"subtract",
+            r"multiply",
+            r"divide",
             r"\bmul\b",
             r"\bcopy",
             r"fill",
@@ -94,9 +115,12 @@ FAMILY_RULES: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
             r"reshape",
         ),
     ),
+    # Library kernels not named above (cuDNN/MIOpen layout transforms, FFT convolution helpers,
+    # offset tables) serve convolutions.
+    ("convolution", (r"cudnn", r"miopen")),
 )
 KIND_FAMILIES: Final = {"memcpy": "memcpy", "memset": "memset"}
-FAMILIES: Final = (*(f for f, _ in FAMILY_RULES), "memcpy", "memset", "other")
+FAMILIES: Final = (*dict.fromkeys(f for f, _ in FAMILY_RULES), "memcpy", "memset", "other")
 
 _COMPILED = tuple((family, re.compile("|".join(pats), re.IGNORECASE)) for family, pats in FAMILY_RULES)
 _cache: dict[str, str] = {}

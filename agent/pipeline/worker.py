@@ -7,6 +7,7 @@ the batch for the others.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -179,9 +180,14 @@ class Pipeline:
         self.dispatch(EventBatch("findings", table, "analyzers"))
 
     def publish_snapshot(self) -> AnalysisSnapshot:
-        """Compute a snapshot and hand it to every exporter."""
-        self._findings()
+        """Compute a snapshot and hand it to every exporter.
+
+        Findings are stored after the snapshot is computed, so those that derived analyzers reach
+        while deriving it are part of it (and of the final snapshot, not lost at shutdown).
+        """
         snap = self.snapshot()
+        self._findings()
+        snap = dataclasses.replace(snap, findings=tuple(self.recent_findings))
         for exp in self.exporters:
             try:
                 if exp.export_snapshot(snap) is ExportResult.FAILURE:

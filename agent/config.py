@@ -69,9 +69,15 @@ class LatencyAnalyzerConfig(StrictModel):
 
 
 class LaunchAnalyzerConfig(StrictModel):
-    """Launch tax."""
+    """Launch tax and HTA's launch measures."""
 
     microkernel_threshold_us: PositiveFloat = Field(10.0, description="Kernels shorter than this are microkernels.")
+    runtime_outlier_us: PositiveFloat = Field(
+        50.0, description="Launch calls longer than this are runtime outliers (HTA runtime_cutoff)."
+    )
+    delay_outlier_us: PositiveFloat = Field(
+        100.0, description="Launch delays longer than this are outliers (HTA launch_delay_cutoff)."
+    )
 
 
 class AnalyzersConfig(StrictModel):

@@ -77,7 +77,12 @@ def build_analyzers(config: AgentConfig) -> list[Analyzer]:
     return [
         LatencyAnalyzer(window=a.latency.window, max_models=a.max_models),
         KarAnalyzer(max_models=a.max_models),
-        LaunchAnalyzer(microkernel_threshold_us=a.launch.microkernel_threshold_us, max_groups=a.max_models),
+        LaunchAnalyzer(
+            microkernel_threshold_us=a.launch.microkernel_threshold_us,
+            max_groups=a.max_models,
+            runtime_outlier_us=a.launch.runtime_outlier_us,
+            delay_outlier_us=a.launch.delay_outlier_us,
+        ),
         ActivityAnalyzer(),
         FamiliesAnalyzer(max_models=a.max_models),
         TelemetryAnalyzer.from_config(config),

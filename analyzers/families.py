@@ -27,7 +27,7 @@ from .kernels import FAMILIES, families
 
 FAMILY_SECONDS = define(
     "aaco.kernel.family.time",
-    "aaco_kernel_family_seconds_total",
+    "aaco_kernel_family_seconds",
     "counter",
     "s",
     "GPU time of kernels by family (sum of durations).",

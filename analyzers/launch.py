@@ -26,6 +26,7 @@ from aaco.agent.pipeline.schemas import EventBatch
 from aaco.agent.pipeline.signals import MetricPoint, PointBuilder, define
 
 from .base import Analyzer, ratio
+from .launch_overhead import LaunchOverhead
 
 LAUNCH_TAX = define(
     "aaco.launch.tax",
@@ -86,6 +87,7 @@ class LaunchResult:
 
     threshold_us: float
     groups: dict[tuple[str, str], dict[str, Any]]
+    overhead_points: tuple[MetricPoint, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """``{"microkernel_threshold_us", "models": {...}}``."""
@@ -106,16 +108,24 @@ class LaunchResult:
                 pb.add(LAUNCH_RATE, g["launch_rate_per_s"], node=node, model=model)
             if g["microkernel_pct"] is not None:
                 pb.add(MICROKERNEL_RATIO, g["microkernel_pct"], node=node, model=model)
-        return pb.points
+        return [*pb.points, *self.overhead_points]
 
 
 class LaunchAnalyzer(Analyzer):
-    """Counts kernels, microkernels and wall time per model."""
+    """Counts kernels, microkernels and wall time per model; HTA's launch measures (``LaunchOverhead``)."""
 
     name = "launch"
     kinds = frozenset({"iterations", "kernels"})
 
-    def __init__(self, microkernel_threshold_us: float = 10.0, max_groups: int = 256, max_runs: int = 1024) -> None:
+    def __init__(
+        self,
+        microkernel_threshold_us: float = 10.0,
+        max_groups: int = 256,
+        max_runs: int = 1024,
+        runtime_outlier_us: float = 50.0,
+        delay_outlier_us: float = 100.0,
+    ) -> None:
+        self._overhead = LaunchOverhead(runtime_outlier_us, delay_outlier_us, max_groups=max_groups)
         self._threshold_ns = int(microkernel_threshold_us * 1000)
         self._threshold_us = microkernel_threshold_us
         self._max_groups = max_groups
@@ -142,6 +152,7 @@ class LaunchAnalyzer(Analyzer):
                 if g is not None:
                     g.iteration_ns += int(row["dur_sum"])
             return
+        self._overhead.update(table, pc.fill_null(table["model"], "unknown"))
         for row in self._aggregate(table, item.source):
             g = self._group((row["node"], row["model"]))
             if g is None:
@@ -220,5 +231,8 @@ class LaunchAnalyzer(Analyzer):
                 "wall_s": wall_ns / 1e9,
                 "mean_kernel_us": (g.busy_ns / g.kernels / 1000) if g.kernels else None,
                 "by_kind": dict(g.by_kind),
+                "launch_overhead": self._overhead.result(key),
             }
-        return LaunchResult(self._threshold_us, out)
+        pb = PointBuilder()
+        self._overhead.points(pb)
+        return LaunchResult(self._threshold_us, out, tuple(pb.points))

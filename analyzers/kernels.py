@@ -73,7 +73,6 @@ FAMILY_RULES: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
             r"reduction",
             r"welford",
             r"mean",
-            r"\bsum\b",
             r"argmax",
             r"topk",
             r"pool",
@@ -99,6 +98,10 @@ FAMILY_RULES: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
             r"multiply",
             r"divide",
             r"\bmul\b",
+            r"\bsub\b",
+            r"\bdiv\b",
+            r"\bsum\b",  # ONNX Sum adds its inputs elementwise (reductions are named reduce)
+            r"reorder",  # ONNX Runtime layout reorders
             r"\bcopy",
             r"fill",
             r"cast",

@@ -82,3 +82,33 @@ def test_sources_json_records_the_clock(run_lake):
     rec = json.loads((out / "sources.json").read_text())["sources"][0]
     assert rec["clock"]["method"] == "ort-profiling-start"
     assert rec["events"]["iterations"] == 20
+
+
+def test_graph_cli_reports_415_nodes(aaco_bin, resnet50):
+    proc = run_aaco(aaco_bin, "graph", str(resnet50), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["nodes"] == 415
+    assert sum(doc["ops"].values()) == 415
+    assert doc["ops"]["Conv"] == 53
+    assert set(doc["opset"]) == {"ai.onnx"}
+    text = run_aaco(aaco_bin, "graph", str(resnet50))
+    assert text.returncode == 0 and "415" in text.stdout
+    missing = run_aaco(aaco_bin, "graph", str(resnet50.parent / "no-such-model.onnx"))
+    assert missing.returncode == 2 and "no-such-model.onnx" in missing.stderr
+
+
+def test_kernel_time_per_family_matches_lake(run_lake):
+    out, _ = run_lake
+    doc = json.loads((out / "analysis.json").read_text())
+    fam = doc["families"]["models"]["light_resnet50"]
+    assert fam["iterations"] == 20
+    kernels = read_lake(out, "kernels")
+    dur = pc.subtract(kernels["end_ns"], kernels["start_ns"])
+    assert fam["time_s"] == pytest.approx(pc.sum(dur).as_py() / 1e9)
+    conv = fam["families"]["convolution"]
+    # ONNX Runtime fuses ResNet-50's Conv+BatchNormalization+Relu(+Sum): one kernel per Conv node.
+    assert conv["kernels_per_iteration"] == 53
+    assert conv["share"] > 0.5  # a CNN's time goes to its convolutions
+    assert sum(f["share"] for f in fam["families"].values()) == pytest.approx(1.0)
+    assert fam["top_kernels"][0]["family"] == "convolution"

@@ -23,6 +23,7 @@ from aaco.agent.pipeline.schemas import EventBatch
 from aaco.agent.pipeline.signals import MetricPoint, PointBuilder, define
 
 from .base import Analyzer
+from .grouping import group
 
 ACTIVE_RATIO = define(
     "aaco.gpu.active_ratio",
@@ -109,22 +110,15 @@ class ActivityAnalyzer(Analyzer):
         starts = b.column("start_ns").to_numpy()
         ends = b.column("end_ns").to_numpy()
         compute = pc.equal(b.column("kind"), "kernel").fill_null(False).to_numpy(zero_copy_only=False)
-        # (node, device, run) as integer codes: one vectorised grouping instead of a key per row
-        columns = (b.column("node"), b.column("device").fill_null("unknown"), b.column("run_id").fill_null(item.source))
-        codes, names = [], []
-        for col in columns:
-            enc = pc.dictionary_encode(col)
-            codes.append(enc.indices.to_numpy(zero_copy_only=False).astype(np.int64))
-            names.append(enc.dictionary.to_pylist())
-        keys = (codes[0] * len(names[1]) + codes[1]) * len(names[2]) + codes[2]
-        for key in np.unique(keys):
-            mask = keys == key if len(names[0]) * len(names[1]) * len(names[2]) > 1 else slice(None)
+        groups = group(
+            b.column("node"), b.column("device").fill_null("unknown"), b.column("run_id").fill_null(item.source)
+        )
+        for i, k in enumerate(groups.keys):
+            mask = groups.mask(i)
             s, e, c = starts[mask], ends[mask], compute[mask]
-            order = np.argsort(s, kind="stable")
-            s, e, c = s[order], e[order], c[order]
-            rest, run = divmod(int(key), len(names[2]))
-            node, device = divmod(rest, len(names[1]))
-            k = (names[0][node], names[1][device], names[2][run])
+            if s.size > 1 and not bool((s[1:] >= s[:-1]).all()):  # batches usually come in time order
+                order = np.argsort(s, kind="stable")
+                s, e, c = s[order], e[order], c[order]
             w = self._windows.pop(k, None) or _Window(int(s[0]), int(e.max()))
             w.start = min(w.start, int(s[0]))
             w.end = max(w.end, int(e.max()))

@@ -23,6 +23,7 @@ from aaco.agent.pipeline.schemas import EventBatch
 from aaco.agent.pipeline.signals import MetricPoint, PointBuilder, define
 
 from .base import Analyzer, ratio
+from .grouping import group
 from .kernels import FAMILIES, families
 
 FAMILY_SECONDS = define(
@@ -110,32 +111,20 @@ class FamiliesAnalyzer(Analyzer):
         node = b.column("node")
         model = pc.fill_null(b.column("model"), "unknown")
         if item.kind == "iterations":
-            pairs = pa.table({"node": node, "model": model}).group_by(["node", "model"]).aggregate([([], "count_all")])
-            for row in pairs.to_pylist():
-                g = self._group((row["node"], row["model"]))
+            pairs = group(node, model)
+            for key, n in zip(pairs.keys, pairs.counts().tolist(), strict=True):
+                g = self._group(key)
                 if g is not None:
-                    g.iterations += int(row["count_all"])
+                    g.iterations += n
             return
         dur = np.maximum(pc.subtract(b.column("end_ns"), b.column("start_ns")).to_numpy(zero_copy_only=False), 0)
-        # Group on (node, model, name): names repeat heavily, so a pyarrow group-by reduces the batch
-        # to a few hundred rows before any Python loop.
-        grouped = (
-            pa.table(
-                {
-                    "node": node,
-                    "model": model,
-                    "name": pc.fill_null(b.column("name"), ""),
-                    "kind": b.column("kind"),
-                    "dur": dur,
-                }
-            )
-            .group_by(["node", "model", "name", "kind"])
-            .aggregate([("dur", "sum"), ("dur", "count")])
-        )
-        fams = families(grouped.column("name"), grouped.column("kind"))
-        cols = grouped.to_pydict()
-        for node_v, model_v, name_v, fam, total, count in zip(
-            cols["node"], cols["model"], cols["name"], fams, cols["dur_sum"], cols["dur_count"], strict=True
+        # Names repeat heavily: reduce the batch to its distinct (node, model, name, kind) first.
+        groups = group(node, model, b.column("name").fill_null(""), b.column("kind"))
+        totals, counts = groups.sums(dur), groups.counts()
+        keys = groups.keys
+        fams = families(pa.array([k[2] for k in keys], pa.string()), pa.array([k[3] for k in keys], pa.string()))
+        for (node_v, model_v, name_v, _), fam, total, count in zip(
+            keys, fams, totals.tolist(), counts.tolist(), strict=True
         ):
             g = self._group((node_v, model_v))
             if g is None:

@@ -12,13 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
+import numpy as np
 import pyarrow.compute as pc
 
 from aaco.agent.pipeline.schemas import EventBatch
 from aaco.agent.pipeline.signals import MetricPoint, PointBuilder, define
 
 from .base import Analyzer, ratio
+from .grouping import group
 
 KAR_RATIO = define(
     "aaco.kar",
@@ -124,15 +125,17 @@ class KarAnalyzer(Analyzer):
                 old = self._nodes.get(key, (None, None))
                 self._nodes[key] = (row["graph_nodes"] or old[0], row["graph_nodes_optimized"] or old[1])
             return
-        mask = pc.and_(pc.equal(b.column("kind"), "kernel"), pc.is_valid(b.column("model")))
-        sel = b.filter(pc.and_(mask, pc.is_valid(b.column("iteration"))))
-        if sel.num_rows == 0:
+        mask = pc.and_(
+            pc.and_(pc.equal(b.column("kind"), "kernel"), pc.is_valid(b.column("model"))),
+            pc.is_valid(b.column("iteration")),
+        ).to_numpy(zero_copy_only=False)
+        if not mask.any():
             return
-        counts = pa.Table.from_batches([sel]).group_by(["node", "model"]).aggregate([("start_ns", "count")])
-        for row in counts.to_pylist():
-            key = (row["node"], row["model"])
-            if self._room(key):
-                self._kernels[key] = self._kernels.get(key, 0) + int(row["start_ns_count"])
+        groups = group(b.column("node"), b.column("model"))
+        counts = np.bincount(groups.index[mask], minlength=len(groups.keys))
+        for key, n in zip(groups.keys, counts.tolist(), strict=True):
+            if n and self._room(key):
+                self._kernels[key] = self._kernels.get(key, 0) + n
 
     def snapshot(self) -> KarResult:
         """KAR per model from the counts so far."""

@@ -26,6 +26,7 @@ from aaco.agent.pipeline.schemas import EventBatch
 from aaco.agent.pipeline.signals import MetricPoint, PointBuilder, define
 
 from .base import Analyzer, ratio
+from .grouping import group
 from .launch_overhead import LaunchOverhead
 
 LAUNCH_TAX = define(
@@ -173,41 +174,33 @@ class LaunchAnalyzer(Analyzer):
                 window[1] = max(window[1], row["end_max"])
 
     def _aggregate(self, table: pa.Table, source: str) -> list[dict[str, Any]]:
-        """Per (node, model, run, kind): count, first start, last end, kernel busy time, microkernels.
-
-        A batch nearly always holds one such group (one capture of one model): then plain numpy
-        reductions; otherwise a pyarrow group-by.
-        """
-        keys = {
-            "node": table["node"],
-            "model": pc.fill_null(table["model"], "unknown"),
-            "run": pc.fill_null(table["run_id"], source),
-            "kind": table["kind"],
-        }
+        """Per (node, model, run, kind): count, first start, last end, kernel busy time, microkernels."""
         starts, ends = table["start_ns"].to_numpy(), table["end_ns"].to_numpy()
         dur = ends - starts
         is_kernel = pc.equal(table["kind"], "kernel").to_numpy(zero_copy_only=False)
-        micro = is_kernel & (dur < self._threshold_ns)
-        single = {k: pc.unique(v) for k, v in keys.items()}
-        if all(len(u) == 1 for u in single.values()):
-            return [
-                {
-                    **{k: u[0].as_py() for k, u in single.items()},
-                    "start_count": int(starts.size),
-                    "start_min": int(starts.min()),
-                    "end_max": int(ends.max()),
-                    "kdur_sum": int(dur[is_kernel].sum()),
-                    "micro_sum": int(micro.sum()),
-                }
-            ]
-        t = pa.table(
-            {**keys, "start": starts, "end": ends, "kdur": np.where(is_kernel, dur, 0), "micro": micro.astype(np.int64)}
+        groups = group(
+            table["node"],
+            pc.fill_null(table["model"], "unknown"),
+            pc.fill_null(table["run_id"], source),
+            table["kind"],
         )
-        return (
-            t.group_by(["node", "model", "run", "kind"])
-            .aggregate([("start", "count"), ("start", "min"), ("end", "max"), ("kdur", "sum"), ("micro", "sum")])
-            .to_pylist()
-        )
+        columns = {
+            "start_count": groups.counts(),
+            "start_min": groups.mins(starts),
+            "end_max": groups.maxs(ends),
+            "kdur_sum": groups.sums(np.where(is_kernel, dur, 0)),
+            "micro_sum": groups.sums((is_kernel & (dur < self._threshold_ns)).astype(np.int64)),
+        }
+        return [
+            {
+                "node": key[0],
+                "model": key[1],
+                "run": key[2],
+                "kind": key[3],
+                **{name: int(col[i]) for name, col in columns.items()},
+            }
+            for i, key in enumerate(groups.keys)
+        ]
 
     def snapshot(self) -> LaunchResult:
         """Launch tax per model."""

@@ -27,6 +27,7 @@ from typing import Any
 
 from aaco.analyzers.activity import ActivityAnalyzer
 from aaco.analyzers.base import AnalysisSnapshot, Analyzer
+from aaco.analyzers.bottleneck import BottleneckAnalyzer
 from aaco.analyzers.families import FamiliesAnalyzer
 from aaco.analyzers.kar import KarAnalyzer
 from aaco.analyzers.latency import LatencyAnalyzer
@@ -87,6 +88,7 @@ def build_analyzers(config: AgentConfig) -> list[Analyzer]:
         FamiliesAnalyzer(max_models=a.max_models),
         TelemetryAnalyzer.from_config(config),
         SchedAnalyzer.from_agent_config(config),
+        BottleneckAnalyzer(max_models=a.max_models),
     ]
 
 

@@ -1,0 +1,382 @@
+"""Bottleneck class per model: launch-bound, CPU-bound, memory-bound, compute-bound, throttled or unknown.
+
+A ``DerivedAnalyzer``: at each snapshot it gathers, for every (node, model), the signals the other
+analyzers measured — launch (microkernel share, launch rate, mean kernel time), kar (kernels per
+iteration), activity (device active and copy-only shares of the model's capture windows), families
+(GEMM/convolution/attention versus elementwise/normalisation/copy time), latency (p95/p50), telemetry
+(GPU and memory utilisation, throttle flags, clocks against their maximum, of the model's GPUs),
+sched (scheduler interference, fault penalty, involuntary switches of the model's processes) and
+throttle (latency impact of throttle episodes, when that analyzer runs) — and classifies them with
+the rules of ``bottleneck_rules`` (documented in ``docs/bottleneck_taxonomy.md``).
+
+What the other results do not say — which capture windows, GPUs and processes belong to a model,
+and how long the CPU spent in launch calls — it folds in from the kernels and iterations itself
+(bounded sets per model). A missing input lowers confidence rather than breaking anything.
+
+When a model's class changes (or is first known) with enough confidence it emits a finding with
+the evidence. Metrics: ``aaco_bottleneck_class{node,model,class}`` (1 for the current class, 0 for
+the others: a fixed label set of six classes) and ``aaco_bottleneck_confidence{node,model}``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from aaco.agent.pipeline.schemas import EventBatch
+from aaco.agent.pipeline.signals import MetricPoint, PointBuilder, define
+
+from .base import AnalyzerResult, DerivedAnalyzer, Finding, ratio
+from .bottleneck_rules import CLASSES, UNKNOWN, Classification, classify
+
+BOTTLENECK_CLASS = define(
+    "aaco.bottleneck.class",
+    "aaco_bottleneck_class",
+    "gauge",
+    "1",
+    "1 for a model's current bottleneck class (launch-bound, CPU-bound, memory-bound, compute-bound, "
+    "throttled, unknown), 0 for the others (see docs/bottleneck_taxonomy.md).",
+    ("node", "model", "class"),
+)
+BOTTLENECK_CONFIDENCE = define(
+    "aaco.bottleneck.confidence",
+    "aaco_bottleneck_confidence",
+    "gauge",
+    "1",
+    "Confidence (0..1) of a model's bottleneck class; 0 when unknown.",
+    ("node", "model"),
+)
+
+COMPUTE_FAMILIES = ("gemm", "convolution", "attention")
+# Low arithmetic intensity (well under the ridge point of any GPU's roofline): bandwidth sets their pace.
+MEMORY_FAMILIES = ("elementwise", "normalization", "memcpy", "memset")
+CLOCK_DOMAINS = ("graphics", "sm")  # the compute clock: AMD graphics (GFX), NVIDIA SM
+UNDER_LOAD = 0.5  # a clock below its maximum only counts as throttling when the GPU is this busy
+
+
+@dataclass
+class _Model:
+    """What the other analyzers do not keep per model: its windows, GPUs, processes, launch-call time."""
+
+    windows: OrderedDict[tuple[str, str], None] = field(default_factory=OrderedDict)  # (device, run_id)
+    devices: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    pids: OrderedDict[int, None] = field(default_factory=OrderedDict)
+    launch_api_ns: int = 0
+    launch_kernels: int = 0
+    last_ts: int = 0
+
+
+def _remember(d: OrderedDict[Any, None], key: Any, cap: int) -> None:
+    d[key] = None
+    d.move_to_end(key)
+    while len(d) > cap:
+        d.popitem(last=False)
+
+
+@dataclass(frozen=True)
+class BottleneckResult:
+    """The classification of every (node, model)."""
+
+    models: Mapping[tuple[str, str], Classification]
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"classes": [...], "models": {model: {...}}}``; with several nodes the key is ``node/model``."""
+        nodes = {n for n, _ in self.models}
+        return {
+            "classes": list(CLASSES),
+            "models": {
+                (m if len(nodes) <= 1 else f"{n}/{m}"): c.to_dict() for (n, m), c in sorted(self.models.items())
+            },
+        }
+
+    def points(self) -> list[MetricPoint]:
+        """The class indicator (every class, 1 for the current one) and the confidence per model."""
+        pb = PointBuilder()
+        for (node, model), c in self.models.items():
+            for cls in CLASSES:
+                pb.add(
+                    BOTTLENECK_CLASS,
+                    1.0 if cls == c.bottleneck_class else 0.0,
+                    node=node,
+                    model=model,
+                    **{"class": cls},
+                )
+            pb.add(BOTTLENECK_CONFIDENCE, c.confidence, node=node, model=model)
+        return pb.points
+
+
+class BottleneckAnalyzer(DerivedAnalyzer):
+    """Classifies each model's bottleneck from the other analyzers' results (see module doc)."""
+
+    name = "bottleneck"
+    kinds = frozenset({"kernels", "iterations"})
+
+    def __init__(
+        self,
+        max_models: int = 256,
+        max_windows: int = 256,
+        max_devices: int = 64,
+        max_pids: int = 64,
+        min_finding_confidence: float = 0.4,
+    ) -> None:
+        self.max_models = max_models
+        self.max_windows = max_windows
+        self.max_devices = max_devices
+        self.max_pids = max_pids
+        self.min_finding_confidence = min_finding_confidence
+        self._models: dict[tuple[str, str], _Model] = {}
+        self._reported: dict[tuple[str, str], str] = {}
+        self.models_dropped = 0
+
+    # -- folding in ---------------------------------------------------------------------------------
+
+    def _model(self, key: tuple[str, str]) -> _Model | None:
+        m = self._models.get(key)
+        if m is None:
+            if len(self._models) >= self.max_models:
+                self.models_dropped += 1
+                return None
+            m = self._models[key] = _Model()
+        return m
+
+    def update(self, item: EventBatch) -> None:
+        """Kernels: the model's windows, GPUs, processes and launch-call time; iterations: its processes."""
+        b = item.batch
+        if b.num_rows == 0:
+            return
+        model = pc.fill_null(b.column("model"), UNKNOWN)
+        if item.kind == "iterations":
+            t = pa.table({"node": b.column("node"), "model": model, "pid": b.column("pid"), "end": b.column("end_ns")})
+            for row in t.group_by(["node", "model", "pid"]).aggregate([("end", "max")]).to_pylist():
+                m = self._model((row["node"], row["model"]))
+                if m is not None:
+                    if row["pid"] is not None:
+                        _remember(m.pids, int(row["pid"]), self.max_pids)
+                    m.last_ts = max(m.last_ts, int(row["end_max"]))
+            return
+        has_launch = pc.and_(pc.is_valid(b.column("launch_start_ns")), pc.is_valid(b.column("launch_end_ns")))
+        launch_ns = pc.if_else(has_launch, pc.subtract(b.column("launch_end_ns"), b.column("launch_start_ns")), 0)
+        t = pa.table(
+            {
+                "node": b.column("node"),
+                "model": model,
+                "run": pc.fill_null(b.column("run_id"), item.source),
+                "device": pc.fill_null(b.column("device"), "unknown"),
+                "pid": b.column("pid"),
+                "launch": pc.max_element_wise(launch_ns, 0),
+                "launched": pc.cast(has_launch, pa.int64()),
+                "end": b.column("end_ns"),
+            }
+        )
+        grouped = t.group_by(["node", "model", "run", "device", "pid"]).aggregate(
+            [("launch", "sum"), ("launched", "sum"), ("end", "max")]
+        )
+        for row in grouped.to_pylist():
+            m = self._model((row["node"], row["model"]))
+            if m is None:
+                continue
+            _remember(m.windows, (row["device"], row["run"]), self.max_windows)
+            _remember(m.devices, row["device"], self.max_devices)
+            if row["pid"] is not None:
+                _remember(m.pids, int(row["pid"]), self.max_pids)
+            m.launch_api_ns += int(row["launch_sum"])
+            m.launch_kernels += int(row["launched_sum"])
+            m.last_ts = max(m.last_ts, int(row["end_max"]))
+
+    # -- concluding ---------------------------------------------------------------------------------
+
+    def derive(self, results: Mapping[str, AnalyzerResult]) -> BottleneckResult:
+        """Classify every model the results or the folded events know."""
+        keys: dict[tuple[str, str], None] = dict.fromkeys(self._models)
+        for name in ("launch", "latency"):
+            keys.update(dict.fromkeys(_keyed(results.get(name))))
+        out: dict[tuple[str, str], Classification] = {}
+        for key in list(keys)[: self.max_models]:
+            signals = self.signals(key, results)
+            c = classify(signals)
+            out[key] = c
+            self._report(key, c)
+        return BottleneckResult(out)
+
+    def _report(self, key: tuple[str, str], c: Classification) -> None:
+        """A finding when the class differs from the last reported one (with enough confidence)."""
+        if c.bottleneck_class == UNKNOWN or c.confidence < self.min_finding_confidence:
+            return
+        before = self._reported.get(key)
+        if before == c.bottleneck_class:
+            return
+        self._reported[key] = c.bottleneck_class
+        node, model = key
+        m = self._models.get(key)
+        summary = (
+            f"{model}: bottleneck is {c.bottleneck_class} (confidence {c.confidence:.2f})"
+            if before is None
+            else f"{model}: bottleneck changed from {before} to {c.bottleneck_class} (confidence {c.confidence:.2f})"
+        )
+        self.emit(
+            Finding(
+                ts_ns=m.last_ts if m is not None else 0,
+                node=node,
+                analyzer=self.name,
+                subject=model,
+                severity="info" if before is None else "warning",
+                confidence=c.confidence,
+                summary=summary,
+                evidence={
+                    "bottleneck_class": c.bottleneck_class,
+                    "previous_class": before,
+                    "top_evidence": [dict(e) for e in c.top_evidence],
+                    "scores": dict(c.scores),
+                },
+            )
+        )
+
+    def signals(self, key: tuple[str, str], results: Mapping[str, AnalyzerResult]) -> dict[str, float | None]:
+        """Every signal of the taxonomy for one (node, model); None where the inputs do not tell."""
+        m = self._models.get(key) or _Model()
+        s: dict[str, float | None] = {}
+        launch = _group(results.get("launch"), "groups", key)
+        if launch:
+            s["microkernel_pct"] = launch.get("microkernel_pct")
+            s["kernel_launch_rate"] = launch.get("launch_rate_per_s")
+            s["avg_kernel_duration_us"] = launch.get("mean_kernel_us")
+            wall_s = launch.get("wall_s") or 0.0
+            if m.launch_kernels and wall_s > 0:
+                s["cpu_overhead_ratio"] = min(1.0, m.launch_api_ns / 1e9 / wall_s)
+        kar = _group(results.get("kar"), "models", key)
+        if kar:
+            s["kernels_per_iteration"] = kar.get("kernels_per_iteration")
+        lat = _group(results.get("latency"), "models", key)
+        if lat and lat.get("p50_s") and lat.get("p95_s") is not None:
+            s["latency_p95_p50"] = lat["p95_s"] / lat["p50_s"]
+        s.update(_activity(results.get("activity"), key[0], m))
+        fam = _group(results.get("families"), "groups", key)
+        if fam:
+            shares = {f: v.get("share") or 0.0 for f, v in (fam.get("families") or {}).items()}
+            if shares:
+                s["compute_kernel_pct"] = sum(shares.get(f, 0.0) for f in COMPUTE_FAMILIES)
+                s["memory_bound_kernel_pct"] = sum(shares.get(f, 0.0) for f in MEMORY_FAMILIES)
+        s.update(_telemetry(results.get("telemetry"), key[0], m, s.get("gpu_active_ratio")))
+        s.update(_sched(results.get("sched"), key[0], m))
+        s.update(_throttle(results.get("throttle"), key))
+        return s
+
+
+# -- reading the other analyzers' results (duck-typed: a result that is absent or of another shape is
+# simply a missing input) ----------------------------------------------------------------------------
+
+
+def _keyed(result: AnalyzerResult | None) -> list[tuple[str, str]]:
+    for attr in ("groups", "models"):
+        d = getattr(result, attr, None)
+        if isinstance(d, Mapping):
+            return [k for k in d if isinstance(k, tuple) and len(k) == 2]
+    return []
+
+
+def _group(result: AnalyzerResult | None, attr: str, key: tuple[str, str]) -> Mapping[str, Any] | None:
+    d = getattr(result, attr, None)
+    if not isinstance(d, Mapping):
+        return None
+    g = d.get(key)
+    return g if isinstance(g, Mapping) else None
+
+
+def _activity(result: AnalyzerResult | None, node: str, m: _Model) -> dict[str, float | None]:
+    """Device active share and copy-only share of busy time over the model's capture windows."""
+    windows = getattr(result, "windows", None)
+    if not windows or not m.windows:
+        return {}
+    span = busy = noncompute = 0.0
+    for w in windows:
+        if w.get("node") != node or (w.get("device"), w.get("run_id")) not in m.windows:
+            continue
+        length = max(1, int(w["window_end_ns"]) - int(w["window_start_ns"]))
+        span += length
+        busy += float(w["active_ratio"]) * length
+        noncompute += float(w["noncompute_ratio"]) * length
+    if span <= 0:
+        return {}
+    active = min(1.0, busy / span)
+    return {
+        "gpu_active_ratio": active,
+        "gpu_idle_ratio": 1.0 - active,
+        "memory_ops_ratio": ratio(noncompute, busy),
+    }
+
+
+def _telemetry(result: AnalyzerResult | None, node: str, m: _Model, active: float | None) -> dict[str, float | None]:
+    """Utilisation, memory utilisation, throttle flags and clock drop of the model's GPUs."""
+    series = getattr(result, "series", None)
+    if not series or not m.devices:
+        return {}
+    from aaco.agent.sources.smi import model as tm
+
+    util: dict[str, list[float]] = {}
+    mem: list[float] = []
+    throttle: list[float] = []
+    clocks: dict[tuple[str, str, str], dict[str, float]] = {}
+    for s in series:
+        gpu = s.labels.get("gpu")
+        if s.labels.get("node") != node or gpu not in m.devices:
+            continue
+        if s.metric == tm.UTILIZATION:
+            util.setdefault(gpu, []).append(s.value)
+        elif s.metric == tm.MEMORY_UTILIZATION:
+            mem.append(s.value)
+        elif s.metric == tm.THROTTLE:
+            throttle.append(s.value)
+        elif s.metric in (tm.CLOCK, tm.CLOCK_MAX) and s.attr in CLOCK_DOMAINS:
+            clocks.setdefault((s.source, gpu, s.attr), {})[s.metric] = s.value
+    out: dict[str, float | None] = {}
+    if util:
+        out["gpu_utilization"] = float(np.mean([np.mean(v) for v in util.values()]))
+    if mem:
+        out["gpu_memory_utilization"] = float(np.mean(mem))
+    if throttle:
+        out["throttle_active"] = float(max(throttle))
+    drops = []
+    for (_, gpu, _), c in clocks.items():
+        if tm.CLOCK in c and c.get(tm.CLOCK_MAX, 0.0) > 0:
+            busy = np.mean(util[gpu]) if gpu in util else active
+            loaded = busy is None or busy >= UNDER_LOAD
+            drops.append(max(0.0, 1.0 - c[tm.CLOCK] / c[tm.CLOCK_MAX]) if loaded else 0.0)
+    if drops:
+        out["clock_drop_under_load"] = float(max(drops))
+    return out
+
+
+def _sched(result: AnalyzerResult | None, node: str, m: _Model) -> dict[str, float | None]:
+    """Scheduler interference, fault penalty and involuntary switch share of the model's processes."""
+    workloads = getattr(result, "workloads", None)
+    if not workloads or not m.pids:
+        return {}
+    mine = [w for w in workloads if w.get("node") == node and w.get("pid") in m.pids and not w.get("exited")]
+    if not mine:
+        return {}
+    interference = [w["interference_ratio"] for w in mine if w.get("interference_ratio") is not None]
+    penalty = [w["fault_penalty_index"] for w in mine if w.get("fault_penalty_index") is not None]
+    switches = sum(int(w.get("context_switches") or 0) for w in mine)
+    involuntary = sum(int(w.get("involuntary") or 0) for w in mine)
+    return {
+        "sched_interference_index": max(interference) if interference else None,
+        "fault_penalty_index": max(penalty) if penalty else None,
+        "involuntary_switch_ratio": ratio(involuntary, switches),
+    }
+
+
+def _throttle(result: AnalyzerResult | None, key: tuple[str, str]) -> dict[str, float | None]:
+    """Latency impact of throttle episodes on the model (the throttle analyzer's, when it runs)."""
+    if result is None:
+        return {}
+    impact = getattr(result, "latency_impact", None)
+    if callable(impact):
+        value = impact(*key)
+        return {"throttle_latency_impact": value} if value is not None else {}
+    return {}

@@ -1,0 +1,27 @@
+"""The agent keeps pandas out of its process (pyarrow would import it on the first list conversion)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+CHECK = """
+import sys
+from aaco.agent.cli import keep_pandas_out
+keep_pandas_out()
+import pyarrow as pa
+pa.array([1, 2]); pa.table({"x": ["a"]})
+print("pandas" in sys.modules)
+try:
+    import pandas  # still importable on purpose: only pyarrow's opportunistic import is avoided
+    print("importable")
+except ImportError:
+    print("not installed")
+"""
+
+
+def test_pyarrow_conversions_do_not_import_pandas():
+    out = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, check=True, timeout=60)
+    lines = out.stdout.split()
+    assert lines[0] == "False"
+    assert lines[1] in ("importable", "not")

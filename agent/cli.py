@@ -471,6 +471,6 @@ def main() -> None:
 
 
 # Commands that live in their own modules register themselves on `app` when imported (one line each).
-COMMAND_MODULES: tuple[str, ...] = ("cli_capture", "cli_sched", "cli_telemetry")
+COMMAND_MODULES: tuple[str, ...] = ("cli_capture", "cli_sched", "cli_telemetry", "cli_verdict")
 for _module in COMMAND_MODULES:
     importlib.import_module(f"aaco.agent.{_module}")

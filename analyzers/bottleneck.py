@@ -1,17 +1,17 @@
 """Bottleneck class per model: launch-bound, CPU-bound, memory-bound, compute-bound, throttled or unknown.
 
 A ``DerivedAnalyzer``: at each snapshot it gathers, for every (node, model), the signals the other
-analyzers measured — launch (microkernel share, launch rate, mean kernel time), kar (kernels per
-iteration), activity (device active and copy-only shares of the model's capture windows), families
-(GEMM/convolution/attention versus elementwise/normalisation/copy time), latency (p95/p50), telemetry
-(GPU and memory utilisation, throttle flags, clocks against their maximum, of the model's GPUs),
-sched (scheduler interference, fault penalty, involuntary switches of the model's processes) and
-throttle (latency impact of throttle episodes, when that analyzer runs) — and classifies them with
-the rules of ``bottleneck_rules`` (documented in ``docs/bottleneck_taxonomy.md``).
+analyzers measured — launch (microkernel share, launch rate, mean kernel time, CPU time in launch
+calls), kar (kernels per iteration), activity (device active and copy-only shares of the model's
+capture windows), families (GEMM/convolution/attention versus elementwise/normalisation/copy time),
+latency (p95/p50), telemetry (GPU and memory utilisation, throttle flags, clocks against their
+maximum, of the model's GPUs), sched (scheduler interference, fault penalty, involuntary switches of
+the model's processes) and throttle (latency impact of throttle episodes, when that analyzer runs)
+— and classifies them with the rules of ``bottleneck_rules`` (``docs/bottleneck_taxonomy.md``).
 
-What the other results do not say — which capture windows, GPUs and processes belong to a model,
-and how long the CPU spent in launch calls — it folds in from the kernels and iterations itself
-(bounded sets per model). A missing input lowers confidence rather than breaking anything.
+What the other results do not say — which capture windows, GPUs and processes belong to a model —
+it folds in from the kernels and iterations itself (bounded sets per model). A missing input
+lowers confidence rather than breaking anything.
 
 When a model's class changes (or is first known) with enough confidence it emits a finding with
 the evidence. Metrics: ``aaco_bottleneck_class{node,model,class}`` (1 for the current class, 0 for
@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from aaco.agent.pipeline.schemas import EventBatch
@@ -34,6 +33,7 @@ from aaco.agent.pipeline.signals import MetricPoint, PointBuilder, define
 
 from .base import AnalyzerResult, DerivedAnalyzer, Finding, ratio
 from .bottleneck_rules import CLASSES, UNKNOWN, Classification, classify
+from .grouping import group
 
 BOTTLENECK_CLASS = define(
     "aaco.bottleneck.class",
@@ -62,13 +62,11 @@ UNDER_LOAD = 0.5  # a clock below its maximum only counts as throttling when the
 
 @dataclass
 class _Model:
-    """What the other analyzers do not keep per model: its windows, GPUs, processes, launch-call time."""
+    """What the other analyzers do not say about a model: its capture windows, GPUs and processes."""
 
     windows: OrderedDict[tuple[str, str], None] = field(default_factory=OrderedDict)  # (device, run_id)
     devices: OrderedDict[str, None] = field(default_factory=OrderedDict)
     pids: OrderedDict[int, None] = field(default_factory=OrderedDict)
-    launch_api_ns: int = 0
-    launch_kernels: int = 0
     last_ts: int = 0
 
 
@@ -146,48 +144,35 @@ class BottleneckAnalyzer(DerivedAnalyzer):
         return m
 
     def update(self, item: EventBatch) -> None:
-        """Kernels: the model's windows, GPUs, processes and launch-call time; iterations: its processes."""
+        """Fold the model's capture windows, GPUs and processes in (from kernels and iterations)."""
         b = item.batch
         if b.num_rows == 0:
             return
         model = pc.fill_null(b.column("model"), UNKNOWN)
+        ends = b.column("end_ns").to_numpy()
         if item.kind == "iterations":
-            t = pa.table({"node": b.column("node"), "model": model, "pid": b.column("pid"), "end": b.column("end_ns")})
-            for row in t.group_by(["node", "model", "pid"]).aggregate([("end", "max")]).to_pylist():
-                m = self._model((row["node"], row["model"]))
+            groups = group(b.column("node"), model, b.column("pid"))
+            last = groups.maxs(ends)
+            for i, (node, name, pid) in enumerate(groups.keys):
+                m = self._model((node, name))
                 if m is not None:
-                    if row["pid"] is not None:
-                        _remember(m.pids, int(row["pid"]), self.max_pids)
-                    m.last_ts = max(m.last_ts, int(row["end_max"]))
+                    if pid is not None:
+                        _remember(m.pids, int(pid), self.max_pids)
+                    m.last_ts = max(m.last_ts, int(last[i]))
             return
-        has_launch = pc.and_(pc.is_valid(b.column("launch_start_ns")), pc.is_valid(b.column("launch_end_ns")))
-        launch_ns = pc.if_else(has_launch, pc.subtract(b.column("launch_end_ns"), b.column("launch_start_ns")), 0)
-        t = pa.table(
-            {
-                "node": b.column("node"),
-                "model": model,
-                "run": pc.fill_null(b.column("run_id"), item.source),
-                "device": pc.fill_null(b.column("device"), "unknown"),
-                "pid": b.column("pid"),
-                "launch": pc.max_element_wise(launch_ns, 0),
-                "launched": pc.cast(has_launch, pa.int64()),
-                "end": b.column("end_ns"),
-            }
-        )
-        grouped = t.group_by(["node", "model", "run", "device", "pid"]).aggregate(
-            [("launch", "sum"), ("launched", "sum"), ("end", "max")]
-        )
-        for row in grouped.to_pylist():
-            m = self._model((row["node"], row["model"]))
+        run = pc.fill_null(b.column("run_id"), item.source)
+        device = pc.fill_null(b.column("device"), "unknown")
+        groups = group(b.column("node"), model, run, device, b.column("pid"))
+        last = groups.maxs(ends)
+        for i, (node, name, run_id, dev, pid) in enumerate(groups.keys):
+            m = self._model((node, name))
             if m is None:
                 continue
-            _remember(m.windows, (row["device"], row["run"]), self.max_windows)
-            _remember(m.devices, row["device"], self.max_devices)
-            if row["pid"] is not None:
-                _remember(m.pids, int(row["pid"]), self.max_pids)
-            m.launch_api_ns += int(row["launch_sum"])
-            m.launch_kernels += int(row["launched_sum"])
-            m.last_ts = max(m.last_ts, int(row["end_max"]))
+            _remember(m.windows, (dev, run_id), self.max_windows)
+            _remember(m.devices, dev, self.max_devices)
+            if pid is not None:
+                _remember(m.pids, int(pid), self.max_pids)
+            m.last_ts = max(m.last_ts, int(last[i]))
 
     # -- concluding ---------------------------------------------------------------------------------
 
@@ -247,8 +232,9 @@ class BottleneckAnalyzer(DerivedAnalyzer):
             s["kernel_launch_rate"] = launch.get("launch_rate_per_s")
             s["avg_kernel_duration_us"] = launch.get("mean_kernel_us")
             wall_s = launch.get("wall_s") or 0.0
-            if m.launch_kernels and wall_s > 0:
-                s["cpu_overhead_ratio"] = min(1.0, m.launch_api_ns / 1e9 / wall_s)
+            overhead = launch.get("launch_overhead")  # None when no event had a known launch call
+            if isinstance(overhead, Mapping) and overhead.get("launch_cpu_s") is not None and wall_s > 0:
+                s["cpu_overhead_ratio"] = min(1.0, float(overhead["launch_cpu_s"]) / wall_s)
         kar = _group(results.get("kar"), "models", key)
         if kar:
             s["kernels_per_iteration"] = kar.get("kernels_per_iteration")

@@ -54,6 +54,13 @@ MEMORY_UTILIZATION = _gpu_metric(
 MEMORY_USAGE = _gpu_metric(m.MEMORY_USAGE, "aaco_gpu_memory_usage_bytes", "gauge", "By", "GPU memory (VRAM) in use.")
 MEMORY_LIMIT = _gpu_metric(m.MEMORY_LIMIT, "aaco_gpu_memory_limit_bytes", "gauge", "By", "GPU memory (VRAM) size.")
 POWER = _gpu_metric(m.POWER, "aaco_gpu_power_watts", "gauge", "W", "GPU (socket / board) power draw.")
+POWER_LIMIT = _gpu_metric(
+    m.POWER_LIMIT,
+    "aaco_gpu_power_limit_watts",
+    "gauge",
+    "W",
+    "Power cap the GPU is held to (its enforced power limit).",
+)
 ENERGY = _gpu_metric(m.ENERGY, "aaco_gpu_energy_joules", "counter", "J", "Energy the GPU consumed (its own counter).")
 TEMPERATURE = _gpu_metric(
     m.TEMPERATURE,
@@ -109,6 +116,7 @@ DEFINITIONS: Final[dict[str, MetricDef]] = {
     m.MEMORY_USAGE: MEMORY_USAGE,
     m.MEMORY_LIMIT: MEMORY_LIMIT,
     m.POWER: POWER,
+    m.POWER_LIMIT: POWER_LIMIT,
     m.ENERGY: ENERGY,
     m.TEMPERATURE: TEMPERATURE,
     m.CLOCK: CLOCK,

@@ -95,12 +95,25 @@ def spec(traces_plugin: str) -> Spec:
     ]
     power = [
         ts(
-            "Power draw",
-            "Power each GPU draws (socket or board power, hw.power). A draw pinned at the board's limit while "
-            "clocks sit below their maximum is power throttling: see 'Throttle episodes'.",
+            "Power draw against its cap",
+            "Power each GPU draws (socket or board power, hw.power) beside the power cap it is held to "
+            "(its enforced power limit). A draw pinned at the cap while clocks sit below their maximum is "
+            "power throttling: see 'Throttle episodes'.",
             "watt",
-            [Q(f"aaco_gpu_power_watts{{{GPU}}}", LEGEND)],
+            [
+                Q(f"aaco_gpu_power_watts{{{GPU}}}", "draw " + LEGEND),
+                Q(f"aaco_gpu_power_limit_watts{{{GPU}}}", "cap " + LEGEND),
+            ],
             min_val=0,
+        ),
+        ts(
+            "Power draw over cap",
+            "Each GPU's power draw over its power cap: near 100 % the GPU is power-limited and its clocks drop first.",
+            "percentunit",
+            [Q(f"aaco_gpu_power_watts{{{GPU}}} / aaco_gpu_power_limit_watts{{{GPU}}}", LEGEND)],
+            min_val=0,
+            max_val=1.05,
+            steps=(("green", None), ("orange", 0.9), ("red", 0.98)),
         ),
         ts(
             "Average power from the energy counter",

@@ -29,6 +29,7 @@ class FakeGpu:
     util: tuple[int, int] = (87, 40)
     mem: tuple[int, int] = (30 * 2**30, 80 * 2**30)
     power_mw: int = 350_000
+    power_limit_mw: int = 700_000
     energy_mj: int = 123_456_789
     temp: int = 61
     clocks: dict[int, int] = field(default_factory=lambda: {0: 1755, 1: 1755, 2: 2619, 3: 1500})
@@ -99,6 +100,9 @@ def fake_nvml(gpus: list[FakeGpu]) -> types.ModuleType:
 
     def nvmlDeviceGetPowerUsage(h: FakeGpu) -> int:
         return handle("nvmlDeviceGetPowerUsage", h).power_mw
+
+    def nvmlDeviceGetEnforcedPowerLimit(h: FakeGpu) -> int:
+        return handle("nvmlDeviceGetEnforcedPowerLimit", h).power_limit_mw
 
     def nvmlDeviceGetTotalEnergyConsumption(h: FakeGpu) -> int:
         return handle("nvmlDeviceGetTotalEnergyConsumption", h).energy_mj

@@ -46,6 +46,7 @@ def test_nvml_readings_in_base_units():
     assert value(snap, "0", "aaco.gpu.memory.utilization") == 0.40
     assert value(snap, "0", "hw.gpu.memory.usage") == 30 * 2**30
     assert value(snap, "0", "hw.power") == 350.0
+    assert value(snap, "0", "aaco.gpu.power.limit") == 700.0
     assert value(snap, "0", "hw.energy") == 123456.789
     assert value(snap, "0", "hw.temperature", sensor="edge") == 61
     assert value(snap, "0", "aaco.gpu.clock.frequency", clock="sm") == 1755e6

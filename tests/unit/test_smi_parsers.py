@@ -47,6 +47,7 @@ def test_rocm_smi_acceptance_values(samples: Path):
     assert [s.gpu.index for s in snap.gpus] == ["0", "1", "2", "3"]
     assert value(snap, "0", "hw.temperature", sensor="junction") == 55.0
     assert value(snap, "0", "hw.power") == 36.0
+    assert value(snap, "0", "aaco.gpu.power.limit") == 290.0  # Max Graphics Package Power (W): the cap
     assert value(snap, "0", "hw.gpu.memory.usage") == 6750208
     assert value(snap, "0", "hw.gpu.memory.limit") == 34342961152
     assert value(snap, "0", "aaco.gpu.clock.frequency", clock="graphics") == 300e6
@@ -149,6 +150,7 @@ def test_nvidia_smi_acceptance_values(samples: Path):
     assert len(snap.gpus) == 1
     assert value(snap, "0", "hw.temperature", sensor="edge") == 27.0
     assert value(snap, "0", "hw.power") == 67.03
+    assert value(snap, "0", "aaco.gpu.power.limit") == 500.0  # current_power_limit
     assert value(snap, "0", "hw.gpu.memory.usage") == 50 * 2**20
     assert value(snap, "0", "aaco.gpu.clock.frequency", clock="sm") == 1275e6
     assert value(snap, "0", "aaco.gpu.clock.max", clock="sm") == 1410e6
@@ -236,6 +238,7 @@ def add_hwmon_and_metrics(dev: Path, throttle_bits: int) -> None:
     hw.mkdir(parents=True)
     for name, text in {
         "power1_average": "41000000",
+        "power1_cap": "300000000",
         "temp1_input": "45000",
         "temp1_label": "edge",
         "temp2_input": "61000",
@@ -257,6 +260,7 @@ def test_sysfs_hwmon_ras_and_gpu_metrics_throttle_bits(sysfs_root: Path):
     add_hwmon_and_metrics(dev, (1 << 4) | (1 << 36))  # SPL (power) and TEMP_HOTSPOT (thermal)
     snap = read_sysfs(DirTree(sysfs_root))
     assert value(snap, "0", "hw.power") == 41.0
+    assert value(snap, "0", "aaco.gpu.power.limit") == 300.0
     assert value(snap, "0", "hw.temperature", sensor="junction") == 61.0
     assert value(snap, "0", "hw.temperature", sensor="memory") == 52.0
     assert value(snap, "0", "aaco.gpu.clock.frequency", clock="graphics") == 1.5e9  # measured beats DPM level

@@ -39,6 +39,7 @@ AUTO_ORDER: Final = ("amdsmi", "sysfs", "amd-smi", "rocm-smi", "nvml", "nvidia-s
 ROCM_SMI_ARGS: Final = (
     "--showtemp",
     "--showpower",
+    "--showmaxpower",
     "--showclocks",
     "--showuse",
     "--showmemuse",

@@ -27,6 +27,7 @@ MEMORY_UTILIZATION: Final = "aaco.gpu.memory.utilization"  # ratio of time the m
 MEMORY_USAGE: Final = "hw.gpu.memory.usage"
 MEMORY_LIMIT: Final = "hw.gpu.memory.limit"
 POWER: Final = "hw.power"
+POWER_LIMIT: Final = "aaco.gpu.power.limit"  # the power cap the GPU is held to (enforced limit)
 ENERGY: Final = "hw.energy"
 TEMPERATURE: Final = "hw.temperature"  # attribute sensor: edge | junction | memory
 CLOCK: Final = "aaco.gpu.clock.frequency"  # attribute clock: graphics | sm | memory | soc | video | ...
@@ -41,6 +42,7 @@ UNITS: Final[dict[str, str]] = {
     MEMORY_USAGE: "By",
     MEMORY_LIMIT: "By",
     POWER: "W",
+    POWER_LIMIT: "W",
     ENERGY: "J",
     TEMPERATURE: "Cel",
     CLOCK: "Hz",

@@ -25,6 +25,7 @@ from .model import (
     MEMORY_USAGE,
     MEMORY_UTILIZATION,
     POWER,
+    POWER_LIMIT,
     TEMPERATURE,
     THROTTLE,
     THROTTLE_REASONS,
@@ -99,6 +100,11 @@ def parse_nvidia_smi(text: str | bytes, subject: str) -> Snapshot:
             watts = val(p, "w", "W")
             if watts is not None:
                 s.add(POWER, watts)
+                break
+        for p in ("gpu_power_readings/current_power_limit", "power_readings/enforced_power_limit"):
+            watts = val(p, "w", "W")
+            if watts is not None:
+                s.add(POWER_LIMIT, watts)
                 break
         s.add(ENERGY, val("total_energy_consumption", "j", "J"))
         s.add(TEMPERATURE, val("temperature/gpu_temp", "cel", "C"), sensor="edge")

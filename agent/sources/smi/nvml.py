@@ -1,6 +1,7 @@
 """NVIDIA GPUs through NVML (the ``nvidia-ml-py`` package, imported as ``pynvml``).
 
-Per GPU: utilisation (GPU and memory), memory used/total, power (mW), total energy (mJ), core
+Per GPU: utilisation (GPU and memory), memory used/total, power and its enforced limit (mW), total
+energy (mJ), core
 temperature (reported as sensor ``edge``, see ``nvidia_smi``), graphics/SM/memory/video clocks and
 their maxima (MHz), clock event ("throttle") reasons, and aggregate ECC counts. A query the GPU
 does not support (``NVML_ERROR_NOT_SUPPORTED``) just leaves its reading out; ``GPU_IS_LOST`` (a
@@ -25,6 +26,7 @@ from .model import (
     MEMORY_USAGE,
     MEMORY_UTILIZATION,
     POWER,
+    POWER_LIMIT,
     TEMPERATURE,
     THROTTLE,
     UTILIZATION,
@@ -128,6 +130,8 @@ class NvmlReader:
             s.add(MEMORY_LIMIT, float(mem.total))
         mw = self._q(f, where, n.nvmlDeviceGetPowerUsage, h)
         s.add(POWER, None if mw is None else mw / 1000.0)
+        cap_mw = self._q(f, where, n.nvmlDeviceGetEnforcedPowerLimit, h)
+        s.add(POWER_LIMIT, None if cap_mw is None else cap_mw / 1000.0)
         mj = self._q(f, where, n.nvmlDeviceGetTotalEnergyConsumption, h)
         s.add(ENERGY, None if mj is None else mj / 1000.0)
         s.add(TEMPERATURE, self._q(f, where, n.nvmlDeviceGetTemperature, h, n.NVML_TEMPERATURE_GPU), sensor="edge")

@@ -1,7 +1,8 @@
 """``rocm-smi --json``: one object per ``cardN``, string values, units inside the key names.
 
 Run as ``rocm-smi --showtemp --showpower --showclocks --showuse --showmemuse --showmeminfo vram
---showproductname --showbus --showuniqueid --json``. Key spellings vary between ROCm versions
+--showproductname --showbus --showuniqueid --showmaxpower --json`` (``Max Graphics Package Power``
+is the power cap). Key spellings vary between ROCm versions
 (``Average Graphics Package Power (W)`` up to 6.0, ``Current Socket Graphics Package Power (W)``
 on 6.1+; ``Card series`` / ``Card Series``), so keys are matched case-insensitively by pattern.
 The DPM level lists leak into the JSON as stray numeric keys (``"0": "16.0GT/s x16 *"``): they are
@@ -22,6 +23,7 @@ from .model import (
     MEMORY_USAGE,
     MEMORY_UTILIZATION,
     POWER,
+    POWER_LIMIT,
     TEMPERATURE,
     UTILIZATION,
     GpuIdentity,
@@ -61,6 +63,7 @@ _POWER_KEYS: Final = (
     "average graphics package power (w)",
     "socket graphics package power (w)",
 )
+_POWER_LIMIT_KEYS: Final = ("max graphics package power (w)",)  # the cap (rocm-smi --showmaxpower)
 _UTIL_KEYS: Final = ("gpu use (%)",)
 _MEM_UTIL_KEYS: Final = ("gpu memory use (%)", "gpu memory read/write activity (%)")
 _VRAM_USED_KEYS: Final = ("vram total used memory (b)",)
@@ -122,6 +125,7 @@ def parse_rocm_smi(doc: Any, subject: str) -> Snapshot:
         # metric, key spellings, factor to the base unit (the unit is in the key name)
         for metric, keys, factor in (
             (POWER, _POWER_KEYS, 1.0),
+            (POWER_LIMIT, _POWER_LIMIT_KEYS, 1.0),
             (UTILIZATION, _UTIL_KEYS, 0.01),
             (MEMORY_UTILIZATION, _MEM_UTIL_KEYS, 0.01),
             (MEMORY_USAGE, _VRAM_USED_KEYS, 1.0),

@@ -8,8 +8,8 @@ GPU (``vendor`` 0x1002, or the ``driver`` link names amdgpu):
 - ``pp_dpm_sclk`` / ``pp_dpm_mclk`` / ``pp_dpm_socclk`` / ``pp_dpm_fclk`` (``0: 852Mhz *``): the level
   marked ``*`` is the current clock, the highest level the maximum; a measured
   ``hwmon/hwmonM/freqK_input`` (Hz, labelled ``sclk`` / ``mclk``) wins over the DPM level when present;
-- ``hwmon/hwmonM/power1_average`` or ``power1_input`` (microwatts), ``tempK_input`` (millidegrees,
-  labelled ``edge`` / ``junction`` / ``mem``);
+- ``hwmon/hwmonM/power1_average`` or ``power1_input`` (microwatts), ``power1_cap`` (the power cap,
+  microwatts), ``tempK_input`` (millidegrees, labelled ``edge`` / ``junction`` / ``mem``);
 - ``ras/*_err_count`` (``ue: N`` / ``ce: N``) -> ECC error counts;
 - ``gpu_metrics`` -> throttle reasons where its layout is known (``gpu_metrics``).
 
@@ -37,6 +37,7 @@ from .model import (
     MEMORY_USAGE,
     MEMORY_UTILIZATION,
     POWER,
+    POWER_LIMIT,
     TEMPERATURE,
     THROTTLE,
     THROTTLE_REASONS,
@@ -244,6 +245,10 @@ def _hwmon(tree: Tree, dev: str, f: Fields, s: GpuSample) -> None:
                 raw = _text(tree, f"{base}/{name}")
                 uw = f.num(raw, f"{base}/{name}") if raw else None
                 s.add(POWER, None if uw is None else uw / 1e6)
+        if "power1_cap" in files and not s.has(POWER_LIMIT):
+            raw = _text(tree, f"{base}/power1_cap")
+            uw = f.num(raw, f"{base}/power1_cap") if raw else None
+            s.add(POWER_LIMIT, None if uw is None else uw / 1e6)
         for name in sorted(files):
             m = re.match(r"^(temp|freq)(\d+)_input$", name)
             if m is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 from aaco.agent.pipeline.signals import METRICS, MetricDef
 
@@ -11,9 +12,17 @@ END = "<!-- END GENERATED -->"
 
 
 def _load_all() -> None:
-    """Import every module that defines metrics, so the registry is complete."""
-    for module in ("aaco.agent.service", "aaco.exporters.otlp_traces"):
-        importlib.import_module(module)
+    """Import every module that defines metrics, so the registry is complete.
+
+    Found by reading the sources (a module that calls ``define(``), so the table does not depend on
+    what happened to be imported before: some modules (the OTLP receiver, exporters) load lazily.
+    """
+    for package in ("aaco.agent", "aaco.exporters", "aaco.analyzers"):
+        root = Path(importlib.import_module(package).__file__ or "").parent
+        for path in sorted(root.rglob("*.py")):
+            if "define(" in path.read_text(encoding="utf-8") and path.name != "signals.py":
+                rel = path.relative_to(root).with_suffix("")
+                importlib.import_module(".".join((package, *rel.parts)))
 
 
 def all_metrics() -> list[MetricDef]:

@@ -160,7 +160,10 @@ pipeline: {{snapshot_interval_s: 0.2}}
 
         def scraped() -> str | None:
             status, body = http_get(url)
-            return body if status == 200 and 'pod="llm-0"' in body and "aaco_gpu_clock_hertz{" in body else None
+            # Both sources (the NVIDIA one through the kubelet, the AMD one) must have sampled: on a
+            # loaded machine one can be a few intervals behind the other.
+            ready = status == 200 and 'pod="llm-0"' in body and "aaco_gpu_clock_hertz{" in body
+            return body if ready and 'gpu_uuid="0123456789abcdef"' in body else None
 
         body = wait_for(scraped, timeout=60, what="GPU metrics on /metrics")
         nv = {"gpu": "0", "gpu_uuid": NV_UUID, "pod": "llm-0", "namespace": "serving", "container": "vllm"}

@@ -1,0 +1,321 @@
+"""Drift of each model's key series, streaming: a change-point detector per (node, model, series).
+
+Series (each fed in data order, one value per iteration):
+
+- ``latency``: iteration latency (``end_ns - start_ns``, seconds), from ``iterations`` rows, in order
+  of their end;
+- ``kernels_per_iteration``: GPU kernels (``kind == "kernel"``, as KAR counts them) the correlator
+  placed in the iteration (``model, run_id, iteration`` set) — a change means the graph, its
+  fusion or the kernels chosen changed;
+- ``kernel_time``: the summed duration of those kernels (seconds) — with ``latency`` it tells a
+  slower GPU (kernel time moved with latency) from a slower host (it did not).
+
+An iteration's kernels can span batches, so its counts are final once kernels of an iteration two
+further in the same run arrive (kernels come in launch order); at most ``max_open_iterations`` are
+held, the oldest dropped and counted beyond that. The last two iterations of a run are therefore
+never scored — a detector needs a hundred values before it scores anything anyway.
+
+Each change point becomes a finding (subject: the model) whose evidence holds the baseline, the new
+level, the ratio and the magnitude in baseline sigmas, the estimated change and detection positions
+with their data times, and whose trace ID is that of the iteration at which it was detected.
+Severity: latency or kernel time up — ``warning``, ``critical`` from a ratio of 1.5; kernels per
+iteration changed either way — ``warning``; a series going down (faster) — ``info``.
+
+``aaco_drift_active`` is 1 from a change point until the detector has re-baselined on the new
+level and, so that a scrape every minute sees it, at least ``hold_s`` (300 s) of data time has
+passed; ``aaco_drift_changepoints_total`` counts change points by direction. Models are bounded
+by ``max_models`` (further ones are dropped and counted).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from aaco.agent.pipeline.schemas import EventBatch
+from aaco.agent.pipeline.signals import MetricPoint, PointBuilder, define
+
+from .base import Analyzer, Finding
+from .drift import DETECTORS, ChangePoint
+
+DRIFT_ACTIVE = define(
+    "aaco.drift.active",
+    "aaco_drift_active",
+    "gauge",
+    "1",
+    "1 while a series is in a changed state: from a change point until its detector re-baselined on the new "
+    "level (and at least the hold time), else 0. Series: latency, kernels_per_iteration, kernel_time.",
+    ("node", "model", "series"),
+)
+DRIFT_CHANGEPOINTS = define(
+    "aaco.drift.changepoints",
+    "aaco_drift_changepoints",
+    "counter",
+    "{changepoint}",
+    "Change points detected in a series, by direction (up, down).",
+    ("node", "model", "series", "direction"),
+)
+DRIFT_DROPPED = define(
+    "aaco.drift.dropped",
+    "aaco_drift_dropped",
+    "counter",
+    "{value}",
+    "Values the drift analyzer did not score: max_models (model cap reached), open_iterations (an iteration's "
+    "kernels still open when too many were), not_finite.",
+    ("reason",),
+)
+
+LATENCY: Final = "latency"
+KERNELS: Final = "kernels_per_iteration"
+KERNEL_TIME: Final = "kernel_time"
+UNITS: Final[dict[str, str]] = {LATENCY: "s", KERNELS: "{kernel}", KERNEL_TIME: "s"}
+DROP_REASONS: Final = ("max_models", "open_iterations", "not_finite")
+_CONTEXT: Final = 128  # (position, data time, trace ID) kept per series, to place a change point in time
+
+
+@dataclass
+class _Track:
+    """One series: its detector, what it found, and the recent values' time and trace."""
+
+    detector: Any
+    context: deque[tuple[int, int, str | None]] = field(default_factory=lambda: deque(maxlen=_CONTEXT))
+    counts: dict[str, int] = field(default_factory=lambda: {"up": 0, "down": 0})
+    last: dict[str, Any] | None = None
+    alarm_ts_ns: int | None = None
+    latest_ts_ns: int = 0
+
+    def active(self, hold_ns: int) -> bool:
+        if self.alarm_ts_ns is None:
+            return False
+        return not self.detector.monitoring or self.latest_ts_ns - self.alarm_ts_ns < hold_ns
+
+    def state(self) -> str:
+        if self.detector.monitoring:
+            return "monitoring"
+        return "warming" if self.alarm_ts_ns is None else "rebaselining"
+
+
+@dataclass(frozen=True)
+class DriftResult:
+    """Every tracked series' state, and what was dropped."""
+
+    detector: dict[str, Any]
+    series: tuple[dict[str, Any], ...]
+    dropped: dict[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"detector": {...}, "series": [...], "dropped": {...}}``."""
+        return {
+            "detector": dict(self.detector),
+            "series": [dict(s) for s in self.series],
+            "dropped": dict(self.dropped),
+        }
+
+    def points(self) -> list[MetricPoint]:
+        """``aaco_drift_active``, ``aaco_drift_changepoints_total`` per series, the drop counters."""
+        pb = PointBuilder()
+        for s in self.series:
+            labels = {"node": s["node"], "model": s["model"], "series": s["series"]}
+            pb.add(DRIFT_ACTIVE, 1.0 if s["active"] else 0.0, **labels)
+            for direction in ("up", "down"):
+                pb.add(DRIFT_CHANGEPOINTS, float(s["changepoints"][direction]), **labels, direction=direction)
+        for reason in DROP_REASONS:
+            pb.add(DRIFT_DROPPED, float(self.dropped.get(reason, 0)), reason=reason)
+        return pb.points
+
+
+class DriftAnalyzer(Analyzer):
+    """Runs a ``Cusum`` (or ``Ewma``) per (node, model, series) over iterations and their kernels."""
+
+    name = "drift"
+    kinds = frozenset({"iterations", "kernels"})
+
+    def __init__(
+        self,
+        detector: str = "cusum",
+        detector_options: dict[str, Any] | None = None,
+        max_models: int = 256,
+        hold_s: float = 300.0,
+        max_open_iterations: int = 4096,
+    ) -> None:
+        if detector not in DETECTORS:
+            raise ValueError(f"unknown detector {detector!r}; known: {', '.join(DETECTORS)}")
+        self.detector = detector
+        self.options = dict(detector_options or {})
+        # Bad options fail here, not at the first value.
+        self._params = {**DETECTORS[detector](**self.options).params(), "hold_s": hold_s}
+        self.max_models = max_models
+        self.hold_ns = int(hold_s * 1e9)
+        self.max_open_iterations = max_open_iterations
+        self._models: set[tuple[str, str]] = set()
+        self._tracks: dict[tuple[str, str, str], _Track] = {}
+        # (node, model, run_id, iteration) -> [kernels, kernel ns, last end ns, trace id], in arrival order
+        self._open: dict[tuple[str, str, str, int], list[Any]] = {}
+        self._newest: dict[tuple[str, str, str], int] = {}  # newest iteration seen per (node, model, run)
+        self._dropped: dict[str, int] = dict.fromkeys(DROP_REASONS, 0)
+
+    def update(self, item: EventBatch) -> None:
+        """Fold iterations (latency) or correlated kernels (per-iteration counts and time) in."""
+        b = item.batch
+        if b.num_rows == 0:
+            return
+        if item.kind == "iterations":
+            self._iterations(b)
+        elif item.kind == "kernels":
+            self._kernels(b)
+
+    def _iterations(self, b: pa.RecordBatch) -> None:
+        start = b.column("start_ns").to_numpy()
+        end = b.column("end_ns").to_numpy()
+        nodes = b.column("node").to_pylist()
+        models = b.column("model").fill_null("unknown").to_pylist()
+        traces = b.column("trace_id").to_pylist()
+        for i in np.argsort(end, kind="stable").tolist():
+            self._feed(nodes[i], models[i], LATENCY, (int(end[i]) - int(start[i])) / 1e9, int(end[i]), traces[i])
+
+    def _kernels(self, b: pa.RecordBatch) -> None:
+        keep = pc.and_(
+            pc.equal(b.column("kind"), "kernel"),
+            pc.and_(pc.is_valid(b.column("model")), pc.is_valid(b.column("iteration"))),
+        )
+        sel = b.filter(pc.fill_null(keep, False))
+        if sel.num_rows == 0:
+            return
+        t = pa.Table.from_batches([sel]).select(
+            ["node", "model", "run_id", "iteration", "start_ns", "end_ns", "trace_id"]
+        )
+        t = t.set_column(2, "run_id", pc.fill_null(t["run_id"], ""))
+        t = t.append_column("dur", pc.subtract(t["end_ns"], t["start_ns"]))
+        groups = t.group_by(["node", "model", "run_id", "iteration"], use_threads=False).aggregate(
+            [("dur", "count"), ("dur", "sum"), ("end_ns", "max"), ("trace_id", "first")]
+        )
+        for row in groups.to_pylist():
+            key = (row["node"], row["model"], row["run_id"], int(row["iteration"]))
+            acc = self._open.get(key)
+            if acc is None:
+                acc = self._open[key] = [0, 0, 0, None]
+            acc[0] += int(row["dur_count"])
+            acc[1] += int(row["dur_sum"] or 0)
+            acc[2] = max(acc[2], int(row["end_ns_max"]))
+            acc[3] = acc[3] or row["trace_id_first"]
+            run = key[:3]
+            self._newest[run] = max(self._newest.get(run, key[3]), key[3])
+        self._close_iterations()
+
+    def _close_iterations(self) -> None:
+        done = [k for k in self._open if k[3] <= self._newest.get(k[:3], k[3]) - 2]
+        for key in sorted(done, key=lambda k: (k[:3], k[3])):
+            count, kernel_ns, end_ns, trace = self._open.pop(key)
+            self._feed(key[0], key[1], KERNELS, float(count), end_ns, trace)
+            self._feed(key[0], key[1], KERNEL_TIME, kernel_ns / 1e9, end_ns, trace)
+        while len(self._open) > self.max_open_iterations:
+            del self._open[next(iter(self._open))]
+            self._dropped["open_iterations"] += 1
+        if len(self._newest) > self.max_open_iterations:  # runs long finished: forget the oldest
+            for run in list(self._newest)[: len(self._newest) - self.max_open_iterations]:
+                del self._newest[run]
+
+    def _track(self, node: str, model: str, series: str) -> _Track | None:
+        key = (node, model, series)
+        tr = self._tracks.get(key)
+        if tr is not None:
+            return tr
+        if (node, model) not in self._models:
+            if len(self._models) >= self.max_models:
+                return None
+            self._models.add((node, model))
+        tr = self._tracks[key] = _Track(DETECTORS[self.detector](**self.options))
+        return tr
+
+    def _feed(self, node: str, model: str, series: str, value: float, ts_ns: int, trace: str | None) -> None:
+        tr = self._track(node, model, series)
+        if tr is None:
+            self._dropped["max_models"] += 1
+            return
+        if not math.isfinite(value):
+            self._dropped["not_finite"] += 1
+            return
+        position = tr.detector.samples
+        tr.context.append((position, ts_ns, trace))
+        tr.latest_ts_ns = max(tr.latest_ts_ns, ts_ns)
+        cp = tr.detector.update(value)
+        if cp is not None:
+            self._changed(tr, node, model, series, cp, ts_ns, trace)
+
+    def _changed(
+        self, tr: _Track, node: str, model: str, series: str, cp: ChangePoint, ts_ns: int, trace: str | None
+    ) -> None:
+        tr.counts[cp.direction] += 1
+        tr.alarm_ts_ns = ts_ns
+        start = next(((t, tid) for pos, t, tid in tr.context if pos >= cp.index), (None, None))
+        unit = UNITS[series]
+        evidence = {
+            "series": series,
+            "unit": unit,
+            "detector": self.detector,
+            "direction": cp.direction,
+            "baseline": cp.baseline,
+            "new_level": cp.new_level,
+            "ratio": cp.ratio,
+            "magnitude_sigmas": cp.magnitude,
+            "sigma": cp.sigma,
+            "change_index": cp.index,
+            "detected_index": cp.detected_at,
+            "change_ts_ns": start[0],
+            "change_trace_id": start[1],
+            "detected_ts_ns": ts_ns,
+            "statistic": cp.statistic,
+        }
+        tr.last = {**evidence, "trace_id": trace}
+        ratio = cp.ratio
+        if series == KERNELS:
+            severity = "warning"
+        elif cp.direction == "down":
+            severity = "info"
+        else:
+            severity = "critical" if ratio is not None and ratio >= 1.5 else "warning"
+        # Confidence: a z-test of the new level's values against the baseline (the detector's own
+        # false-alarm rate is far lower); close to 1 for any real alarm, lower for borderline ones.
+        z = cp.magnitude * math.sqrt(cp.delay + 1)
+        confidence = min(0.99, math.erf(z / math.sqrt(2.0)))
+        moved = "rose" if cp.direction == "up" else "fell"
+        times = f" (x{ratio:.2f})" if ratio is not None else ""
+        summary = (
+            f"{model}: {series.replace('_', ' ')} {moved} from {_fmt(cp.baseline, unit)} to "
+            f"{_fmt(cp.new_level, unit)}{times}, {cp.magnitude:.1f} sigma"
+        )
+        self.emit(Finding(ts_ns, node, self.name, model, severity, confidence, summary, evidence, trace))
+
+    def snapshot(self) -> DriftResult:
+        """Each series' state (an immutable copy)."""
+        series = []
+        for (node, model, name), tr in sorted(self._tracks.items()):
+            b = tr.detector.baseline
+            series.append(
+                {
+                    "node": node,
+                    "model": model,
+                    "series": name,
+                    "unit": UNITS[name],
+                    "state": tr.state(),
+                    "values": tr.detector.samples,
+                    "baseline": b.median if b is not None else None,
+                    "sigma": b.scale if b is not None else None,
+                    "active": tr.active(self.hold_ns),
+                    "changepoints": dict(tr.counts),
+                    "last_change": dict(tr.last) if tr.last else None,
+                }
+            )
+        return DriftResult(dict(self._params), tuple(series), dict(self._dropped))
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "s":
+        return f"{value * 1e3:.3g} ms" if abs(value) < 1 else f"{value:.3g} s"
+    return f"{value:.4g}"

@@ -28,12 +28,14 @@ from typing import Any
 from aaco.analyzers.activity import ActivityAnalyzer
 from aaco.analyzers.base import AnalysisSnapshot, Analyzer
 from aaco.analyzers.bottleneck import BottleneckAnalyzer
+from aaco.analyzers.drift_analyzer import DriftAnalyzer
 from aaco.analyzers.families import FamiliesAnalyzer
 from aaco.analyzers.kar import KarAnalyzer
 from aaco.analyzers.latency import LatencyAnalyzer
 from aaco.analyzers.launch import LaunchAnalyzer
 from aaco.analyzers.sched import SchedAnalyzer
 from aaco.analyzers.telemetry import TelemetryAnalyzer
+from aaco.analyzers.throttle import ThrottleAnalyzer
 from aaco.exporters.base import Exporter
 from aaco.exporters.lake import LakeExporter
 from aaco.exporters.otlp_settings import resolve as resolve_otlp
@@ -88,6 +90,8 @@ def build_analyzers(config: AgentConfig) -> list[Analyzer]:
         FamiliesAnalyzer(max_models=a.max_models),
         TelemetryAnalyzer.from_config(config),
         SchedAnalyzer.from_agent_config(config),
+        DriftAnalyzer(max_models=a.max_models),
+        ThrottleAnalyzer(max_models=a.max_models),
         BottleneckAnalyzer(max_models=a.max_models),
     ]
 

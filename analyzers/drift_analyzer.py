@@ -43,6 +43,7 @@ from aaco.agent.pipeline.signals import MetricPoint, PointBuilder, define
 
 from .base import Analyzer, Finding
 from .drift import DETECTORS, ChangePoint
+from .grouping import group
 
 DRIFT_ACTIVE = define(
     "aaco.drift.active",
@@ -180,30 +181,32 @@ class DriftAnalyzer(Analyzer):
             self._feed(nodes[i], models[i], LATENCY, (int(end[i]) - int(start[i])) / 1e9, int(end[i]), traces[i])
 
     def _kernels(self, b: pa.RecordBatch) -> None:
-        keep = pc.and_(
-            pc.equal(b.column("kind"), "kernel"),
-            pc.and_(pc.is_valid(b.column("model")), pc.is_valid(b.column("iteration"))),
-        )
-        sel = b.filter(pc.fill_null(keep, False))
-        if sel.num_rows == 0:
+        is_kernel = pc.fill_null(pc.equal(b.column("kind"), "kernel"), False).to_numpy(zero_copy_only=False)
+        if not is_kernel.any():
             return
-        t = pa.Table.from_batches([sel]).select(
-            ["node", "model", "run_id", "iteration", "start_ns", "end_ns", "trace_id"]
-        )
-        t = t.set_column(2, "run_id", pc.fill_null(t["run_id"], ""))
-        t = t.append_column("dur", pc.subtract(t["end_ns"], t["start_ns"]))
-        groups = t.group_by(["node", "model", "run_id", "iteration"], use_threads=False).aggregate(
-            [("dur", "count"), ("dur", "sum"), ("end_ns", "max"), ("trace_id", "first")]
-        )
-        for row in groups.to_pylist():
-            key = (row["node"], row["model"], row["run_id"], int(row["iteration"]))
+        groups = group(b.column("node"), b.column("model"), b.column("run_id"), b.column("iteration"))
+        k = len(groups.keys)
+        weight = is_kernel.astype(np.float64)
+        start = b.column("start_ns").to_numpy(zero_copy_only=False)
+        end = b.column("end_ns").to_numpy(zero_copy_only=False)
+        counts = np.bincount(groups.index, weights=weight, minlength=k)
+        kernel_ns = np.bincount(groups.index, weights=(end - start) * weight, minlength=k)
+        last_end = np.zeros(k, np.int64)
+        np.maximum.at(last_end, groups.index, end)
+        first_row = np.full(k, b.num_rows, np.int64)
+        np.minimum.at(first_row, groups.index, np.arange(b.num_rows))
+        traces = b.column("trace_id")
+        for g, (node, model, run_id, iteration) in enumerate(groups.keys):
+            if model is None or iteration is None or counts[g] == 0:
+                continue
+            key = (node, model, run_id or "", int(iteration))
             acc = self._open.get(key)
             if acc is None:
                 acc = self._open[key] = [0, 0, 0, None]
-            acc[0] += int(row["dur_count"])
-            acc[1] += int(row["dur_sum"] or 0)
-            acc[2] = max(acc[2], int(row["end_ns_max"]))
-            acc[3] = acc[3] or row["trace_id_first"]
+            acc[0] += int(counts[g])
+            acc[1] += int(kernel_ns[g])
+            acc[2] = max(acc[2], int(last_end[g]))
+            acc[3] = acc[3] or traces[int(first_row[g])].as_py()
             run = key[:3]
             self._newest[run] = max(self._newest.get(run, key[3]), key[3])
         self._close_iterations()

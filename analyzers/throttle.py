@@ -37,7 +37,8 @@ covers its end. Iterations older than the telemetry kept (before a GPU's first s
 the oldest of the ``max_episodes`` episodes kept per GPU) are counted as ``unknown``. Per model,
 bounded reservoirs (``reservoir`` values, uniform sampling) of inside and outside latencies give
 the impact: ``median(inside) / median(outside)`` with a percentile bootstrap 95 % confidence
-interval (``bootstrap`` resamples, seeded: results are reproducible). It is significant when both
+interval (``bootstrap`` draws, seeded: results are reproducible; each resample's median is drawn
+exactly from its order-statistic distribution, ``bootstrap_medians``). It is significant when both
 sides have ``min_samples`` iterations and the interval excludes 1; a finding is emitted when it
 becomes significant.
 """
@@ -57,6 +58,7 @@ from aaco.agent.pipeline.signals import MetricPoint, PointBuilder, define
 from aaco.agent.sources.smi import model as m
 
 from .base import Analyzer, Finding
+from .grouping import group
 
 POWER_LIMIT: Final = m.POWER_LIMIT  # W: the enforced cap, where the source knows it
 TEMPERATURE_LIMIT: Final = "aaco.gpu.temperature.limit"  # Cel, attribute sensor; no source publishes it yet
@@ -288,6 +290,25 @@ class ThrottleResult:
         return pb.points
 
 
+def bootstrap_medians(ordered: np.ndarray, draws: int, rng: np.random.Generator) -> np.ndarray:
+    """Medians of ``draws`` bootstrap resamples of a sorted sample, drawn exactly without resampling.
+
+    A resample of n values is n uniform indices ``floor(n U_i)``; its k-th smallest value is the
+    sample's value at ``floor(n U_(k))``, and the k-th order statistic of n uniforms is
+    Beta(k, n - k + 1) (the next one adds ``(1 - U_(k)) Beta(1, n - k)``). So each bootstrap median
+    costs two Beta draws instead of a resample and a selection over n values: the same distribution
+    as resampling, at O(draws) rather than O(draws x n).
+    """
+    n = ordered.size
+    k = (n + 1) // 2
+    u = rng.beta(k, n - k + 1, draws)
+    lo = ordered[np.minimum((n * u).astype(np.int64), n - 1)]
+    if n % 2:
+        return lo
+    u2 = u + (1.0 - u) * rng.beta(1, n - k, draws)
+    return (lo + ordered[np.minimum((n * u2).astype(np.int64), n - 1)]) / 2.0
+
+
 _TRACKED: Final = frozenset(
     {m.UTILIZATION, m.POWER, m.CLOCK, m.CLOCK_MAX, m.TEMPERATURE, m.THROTTLE, POWER_LIMIT, TEMPERATURE_LIMIT}
 )
@@ -516,19 +537,16 @@ class ThrottleAnalyzer(Analyzer):
     # --- iterations -> latency impact ----------------------------------------------------------
 
     def _kernels(self, b: pa.RecordBatch) -> None:
-        sel = b.filter(pc.fill_null(pc.and_(pc.is_valid(b.column("model")), pc.is_valid(b.column("device"))), False))
-        if sel.num_rows == 0:
-            return
-        pairs = pa.Table.from_batches([sel]).group_by(["node", "model", "device"], use_threads=False).aggregate([])
-        for row in pairs.to_pylist():
-            key = (row["node"], row["model"])
-            devs = self._model_devices.get(key)
+        for node, model, device in group(b.column("node"), b.column("model"), b.column("device")).keys:
+            if model is None or device is None:
+                continue
+            devs = self._model_devices.get((node, model))
             if devs is None:
                 if len(self._model_devices) >= self.max_models:
                     continue
-                devs = self._model_devices[key] = set()
+                devs = self._model_devices[(node, model)] = set()
             if len(devs) < 64:
-                devs.add(row["device"])
+                devs.add(device)
 
     def _iterations(self, b: pa.RecordBatch) -> None:
         start = b.column("start_ns").to_pylist()
@@ -638,18 +656,12 @@ class ThrottleAnalyzer(Analyzer):
 
     def _estimate(self, imp: _Impact) -> dict[str, Any]:
         """Ratio of medians with a percentile bootstrap 95 % interval (seeded by the counts: reproducible)."""
-        a = imp.inside[: min(imp.n_inside, self.reservoir)]
-        b = imp.outside[: min(imp.n_outside, self.reservoir)]
+        a = np.sort(imp.inside[: min(imp.n_inside, self.reservoir)])
+        b = np.sort(imp.outside[: min(imp.n_outside, self.reservoir)])
         med_a, med_b = float(np.median(a)), float(np.median(b))
         rng = np.random.default_rng((self.seed, imp.n_inside, imp.n_outside))
-        ratios = []
-        chunk = max(1, 200_000 // max(a.size, b.size))  # bounded temporary arrays
-        for done in range(0, self.bootstrap, chunk):
-            k = min(chunk, self.bootstrap - done)
-            ra = np.median(a[rng.integers(0, a.size, (k, a.size))], axis=1)
-            rb = np.median(b[rng.integers(0, b.size, (k, b.size))], axis=1)
-            ratios.append(ra / np.where(rb > 0, rb, np.nan))
-        r = np.concatenate(ratios)
+        ra, rb = bootstrap_medians(a, self.bootstrap, rng), bootstrap_medians(b, self.bootstrap, rng)
+        r = ra / np.where(rb > 0, rb, np.nan)
         lo, hi = np.nanpercentile(r, [2.5, 97.5]) if np.isfinite(r).any() else (np.nan, np.nan)
         return {
             "ratio": med_a / med_b if med_b > 0 else None,

@@ -12,7 +12,7 @@ import pytest
 from aaco.agent.pipeline.schemas import ATTRS, EventBatch, conform
 from aaco.agent.sources.smi.capture import read_capture
 from aaco.agent.sources.smi.model import to_table
-from aaco.analyzers.throttle import ThrottleAnalyzer
+from aaco.analyzers.throttle import ThrottleAnalyzer, bootstrap_medians
 
 from .builders import assert_points_valid, item, iterations, kernels
 
@@ -340,3 +340,15 @@ def test_iterations_without_any_telemetry_are_unknown():
     imp = a.snapshot().to_dict()["impact"]["m"]
     assert imp["iterations"] == {"inside": 0, "outside": 0, "unknown": 2} and imp["ratio"] is None
     assert_points_valid(a.snapshot().points())
+
+
+@pytest.mark.parametrize("n", [301, 300])  # odd and even sizes (the even median averages two order statistics)
+def test_bootstrap_medians_match_resampling(n):
+    rng = np.random.default_rng(9)
+    sample = np.sort(rng.lognormal(0.0, 0.5, n))
+    exact = bootstrap_medians(sample, 20_000, np.random.default_rng(1))
+    brute = np.median(sample[np.random.default_rng(2).integers(0, n, (20_000, n))], axis=1)
+    for q in (2.5, 25, 50, 75, 97.5):
+        assert np.percentile(exact, q) == pytest.approx(np.percentile(brute, q), rel=0.01)
+    if n % 2:
+        assert set(np.unique(exact)) <= set(sample)  # an odd resample's median is one of the values

@@ -250,6 +250,54 @@ def test_throttled():
     assert c["scores"]["compute-bound"] == 0.0  # gated off: far below its clocks
 
 
+def throttled_midway() -> list[tuple[str, pa.RecordBatch]]:
+    """60 iterations of the GEMM workload; telemetry every 10 ms. For the first 30 the GPU runs at
+    its 1.7 GHz, 99 % utilised; then it reports power throttling and runs at 1.2 GHz, and the same
+    kernels take 25 % longer (625 us instead of 500 us: iterations of 12.5 ms instead of 10). Still
+    throttled at the last sample."""
+    lengths = [10 * MS] * 30 + [int(12.5 * MS)] * 30
+    starts = np.cumsum([0, *lengths[:-1]]) + T0
+    its = conform(
+        "iterations",
+        {
+            "start_ns": pa.array(starts, pa.int64()),
+            "end_ns": pa.array(starts + np.array(lengths), pa.int64()),
+            "node": [NODE] * 60,
+            "pid": pa.array([PID] * 60, pa.int64()),
+            "model": [MODEL] * 60,
+            "run_id": ["r1"] * 60,
+            "trace_id": [trace_id(NODE, "r1", i) for i in range(60)],
+            "span_id": [span_id(NODE, "r1", i) for i in range(60)],
+            "source": ["test"] * 60,
+            "iteration": pa.array(range(60), pa.int64()),
+        },
+    )
+    per = 19
+    it = np.repeat(np.arange(60), per)
+    dur = np.where(it < 30, 500 * US, 625 * US)
+    k_starts = starts[it] + np.tile(np.arange(per), 60) * dur
+    ks = kernels(k_starts, dur, [GEMM] * it.size, ["kernel"] * it.size, it)
+    end = int(starts[-1] + lengths[-1])
+    tel = [
+        telemetry(0.99, 1.7e9 if t < T0 + 300 * MS else 1.2e9, 1.7e9, 0.0 if t < T0 + 300 * MS else 1.0, ts=t)
+        for t in range(T0, end + 10 * MS, 10 * MS)
+    ]
+    return [*(("telemetry", b) for b in tel), ("iterations", its), ("kernels", ks)]
+
+
+def test_throttle_episodes_with_latency_impact():
+    """Throttled from first principles: the clocks dropped under load while the vendor reported power
+    throttling, and iterations inside the episode are 25 % slower than outside (the throttle
+    analyzer's impact). The arithmetic did not change; the power budget did."""
+    c = classify(*throttled_midway())
+    assert c["bottleneck_class"] == "throttled"
+    assert c["signals"]["throttle_latency_impact"] == pytest.approx(0.25, abs=0.01)
+    assert c["signals"]["throttle_active"] == 1.0
+    assert c["coverage"]["throttled"] == 1.0 and c["scores"]["throttled"] == 1.0
+    assert c["top_evidence"][0]["signal"] == "throttle_latency_impact"
+    assert c["confidence"] == 1.0
+
+
 def test_an_idle_gpu_lowering_clocks_is_not_throttled():
     """Clocks at 30 % of maximum while the GPU is 5 % utilised is power management, not throttling."""
     c = classify(("telemetry", telemetry(0.05, 0.5e9, 1.7e9)), *cpu_bound())

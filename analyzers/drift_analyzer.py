@@ -13,7 +13,7 @@ Series (each fed in data order, one value per iteration):
 An iteration's kernels can span batches, so its counts are final once kernels of an iteration two
 further in the same run arrive (kernels come in launch order); at most ``max_open_iterations`` are
 held, the oldest dropped and counted beyond that. The last two iterations of a run are therefore
-never scored — a detector needs a hundred values before it scores anything anyway.
+never scored (a detector learns from its first 200 values before it scores any).
 
 Each change point becomes a finding (subject: the model) whose evidence holds the baseline, the new
 level, the ratio and the magnitude in baseline sigmas, the estimated change and detection positions

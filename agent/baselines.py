@@ -185,7 +185,9 @@ def diff(
             v = compare(baseline["models"][b_name], session["models"][s_name], env_b, env_s, alpha, min_delta_pct)
         except VerdictInputError as exc:
             raise AacoError(f"model {s_name!r}: {exc}", subject=session_lake.root) from None
-        verdicts[s_name] = {"model": s_name, **({"baseline_model": b_name} if b_name != s_name else {}), **v}
+        named = {"model": s_name, **({"baseline_model": b_name} if b_name != s_name else {})}
+        head = list(v)[: list(v).index("recommendation") + 1]  # the seeds' fields first, then the model
+        verdicts[s_name] = {**{k: v[k] for k in head}, **named, **{k: x for k, x in v.items() if k not in head}}
     headline = max(verdicts.values(), key=lambda v: (v["regression"], v["latency_delta_pct"]))
     out = dict(headline)
     out["environment_differences"] = env_diff

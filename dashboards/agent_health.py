@@ -217,6 +217,23 @@ def spec(traces_plugin: str) -> Spec:
             no_value="no capture source",
         ),
         ts(
+            "Analyzer inputs not used",
+            "Values the drift and throttle analyzers did not use per interval, by reason (caps reached, late "
+            "or non-finite input): nonzero means their results cover less than the input.",
+            "short",
+            [
+                Q(
+                    f"sum by (node, reason) (increase(aaco_drift_dropped_total{{{AGENT}}}[{RATE}]))",
+                    "{{node}} drift: {{reason}}",
+                ),
+                Q(
+                    f"sum by (node, reason) (increase(aaco_throttle_dropped_total{{{AGENT}}}[{RATE}]))",
+                    "{{node}} throttle: {{reason}}",
+                ),
+            ],
+            min_val=0,
+        ),
+        ts(
             "GPU telemetry series",
             "GPU telemetry series the telemetry analyzer keeps, and readings it did not keep (max_series: the "
             "series cap; unknown_metric) per interval.",

@@ -138,6 +138,26 @@ def spec(traces_plugin: str) -> Spec:
             max_val=1,
         ),
         ts(
+            "Share of GPU time throttled per node",
+            "Share of each node's GPU time spent in throttling episodes over 5 minutes (throttle analyzer), "
+            "and the fleet's.",
+            "percentunit",
+            [
+                Q(f"node:aaco_gpu_throttled_time:ratio5m{{{NODE}}}", "{{node}}"),
+                Q("fleet:aaco_gpu_throttled_time:ratio5m", "fleet"),
+            ],
+            min_val=0,
+            max_val=1,
+        ),
+        ts(
+            "Throttling latency impact per model",
+            "For each model, the worst ratio over its nodes of the median latency inside throttling episodes "
+            "to the median outside: what throttling costs that model.",
+            "short",
+            [Q(f"model:aaco_throttle_latency_impact:max{{{MODEL}}}", "{{model}}")],
+            steps=(("green", None), ("orange", 1.1), ("red", 1.5)),
+        ),
+        ts(
             "GPU utilisation per node",
             "Mean GPU utilisation of each node's GPUs.",
             "percentunit",

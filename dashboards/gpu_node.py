@@ -181,10 +181,32 @@ def spec(traces_plugin: str) -> Spec:
     health = [
         timeline(
             "Throttle episodes",
-            "When each GPU was throttled, by reason (power, thermal, current, other), from the vendor's "
-            "throttle status. Sustained throttling that costs latency raises AacoThrottlingWithLatencyImpact.",
+            "Throttling episodes of each GPU by reason, as the throttle analyzer finds them: the vendor's "
+            "throttle status, or the clock below 90 % of its maximum under load with power at its cap "
+            "(power), or a sensor within 5 C of its limit (thermal). Sustained throttling that costs "
+            "latency raises AacoThrottlingWithLatencyImpact.",
+            [Q(f"max by (node, gpu, reason) (aaco_throttle_active{{{DEVICE}}})", "{{node}} gpu{{gpu}} {{reason}}")],
+            {"0": ("not throttled", "green"), "1": ("throttled", "orange")},
+        ),
+        timeline(
+            "Vendor throttle status",
+            "The throttle reasons the GPU's own telemetry reports (NVML clock event reasons, amd-smi "
+            "throttle status, gpu_metrics throttler bits), at each reading.",
             [Q(f"max by (node, gpu, reason) (aaco_gpu_throttle_active{{{GPU}}})", "{{node}} gpu{{gpu}} {{reason}}")],
             {"0": ("not throttled", "green"), "1": ("throttled", "orange")},
+        ),
+        ts(
+            "Time throttled",
+            "Share of time each GPU spent in a throttling episode, by reason (throttle analyzer).",
+            "percentunit",
+            [
+                Q(
+                    f"sum by (node, gpu, reason) (rate(aaco_throttle_seconds_total{{{DEVICE}}}[{RATE}]))",
+                    "{{node}} gpu{{gpu}} {{reason}}",
+                ),
+            ],
+            min_val=0,
+            max_val=1,
         ),
         timeline(
             "GPU up",

@@ -245,10 +245,37 @@ def spec(traces_plugin: str) -> Spec:
             ],
             width=24,
         ),
+        ts(
+            "Throttling latency impact",
+            "Median iteration latency inside throttling episodes over the median outside them, with its 95 % "
+            "bootstrap confidence interval (throttle analyzer): a lower bound above 1 means throttling "
+            "measurably slows the model down.",
+            "short",
+            [
+                Q(f"aaco_throttle_latency_impact_ratio{{{WORKLOAD}}}", "{{model}} {{node}} impact"),
+                Q(f"aaco_throttle_latency_impact_ci_low_ratio{{{WORKLOAD}}}", "{{model}} {{node}} 95 % low"),
+                Q(f"aaco_throttle_latency_impact_ci_high_ratio{{{WORKLOAD}}}", "{{model}} {{node}} 95 % high"),
+            ],
+            steps=(("green", None), ("orange", 1.1), ("red", 1.5)),
+        ),
+        ts(
+            "Iterations inside and outside throttling",
+            "Iterations per second classified against throttling episodes on their GPUs: inside, outside, "
+            "or unknown (no telemetry then). The impact above compares the first two.",
+            "ops",
+            [
+                Q(
+                    f"sum by (model, state) (rate(aaco_throttle_iterations_total{{{WORKLOAD}}}[{RATE}]))",
+                    "{{model}} {{state}}",
+                )
+            ],
+            stack=True,
+            min_val=0,
+        ),
         timeline(
             "Drift state",
             "Series of each model in a drifted state (from a change point until the detector re-baselined): "
-            "latency, kernels per iteration, GPU time per iteration.",
+            "latency, kernels per iteration, kernel time per iteration.",
             [Q(f"max by (model, series) (aaco_drift_active{{{WORKLOAD}}})", "{{model}} {{series}}")],
             {"0": ("in control", "green"), "1": ("drifted", "orange")},
         ),
@@ -294,7 +321,7 @@ def spec(traces_plugin: str) -> Spec:
         ),
         Annotation(
             "Throttle episodes",
-            f"max by (node, gpu, reason) (aaco_gpu_throttle_active{{{NODE}}}) > 0",
+            f"max by (node, gpu, reason) (aaco_throttle_active{{{NODE}}}) > 0",
             "red",
             "Throttled ({{reason}}): {{node}} gpu{{gpu}}",
             ("node", "gpu", "reason"),

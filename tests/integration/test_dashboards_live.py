@@ -67,10 +67,7 @@ NO_SERIES_BECAUSE = {
     "iterations stay within it",
     "aaco_span_links_total": "created when an application sends its own spans to the agent's OTLP receiver: "
     "the demo has no receiver and no such application",
-    "aaco_drift_changepoints_total": "created with the first change point: latency is steady in a short run",
     "model:aaco_drift_active:nodes": "records only models in a drifted state: none drifts in a short run",
-    "aaco_drift_active": "the drift analyzer reports a model once it has a baseline (after its warm-up values)",
-    "aaco_telemetry_series_dropped_total": "created with the first reading not kept: none in the demo",
 }
 
 

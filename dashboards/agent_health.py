@@ -287,6 +287,24 @@ def spec(traces_plugin: str) -> Spec:
             no_value="OTLP export off",
         ),
         ts(
+            "OTLP receiver",
+            "Requests the agent's OTLP receiver took from applications per second, by protocol, signal and "
+            "outcome, and the spans/metrics/logs items in them (agents with the receiver on).",
+            "ops",
+            [
+                Q(
+                    f"sum by (node, protocol, signal, outcome) (rate(aaco_receiver_requests_total{{{AGENT}}}[{RATE}]))",
+                    "{{node}} {{protocol}} {{signal}} {{outcome}}",
+                ),
+                Q(
+                    f"sum by (node, signal) (rate(aaco_receiver_items_total{{{AGENT}}}[{RATE}]))",
+                    "{{node}} {{signal}} items",
+                ),
+            ],
+            min_val=0,
+            no_value="receiver off",
+        ),
+        ts(
             "Scrape and collect duration",
             "How long Prometheus took to scrape each agent (scrape_duration_seconds) and how long the agent "
             "took to render its previous scrape (aaco_collect_duration_seconds).",

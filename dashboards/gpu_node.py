@@ -208,6 +208,20 @@ def spec(traces_plugin: str) -> Spec:
             min_val=0,
             max_val=1,
         ),
+        ts(
+            "Throttle episodes started",
+            "Throttling episodes started per interval, by GPU and reason: many short episodes mean a GPU "
+            "oscillating around its power cap or thermal limit.",
+            "short",
+            [
+                Q(
+                    f"sum by (node, gpu, reason) (increase(aaco_throttle_episodes_total{{{DEVICE}}}[{RATE}]))",
+                    "{{node}} gpu{{gpu}} {{reason}}",
+                )
+            ],
+            bars=True,
+            min_val=0,
+        ),
         timeline(
             "GPU up",
             "Whether each GPU answers its telemetry backend (1) or vanished (0): fell off the bus, driver "

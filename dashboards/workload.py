@@ -153,6 +153,41 @@ def spec(traces_plugin: str) -> Spec:
             min_val=0,
         ),
         ts(
+            "CPU time in launch calls",
+            "CPU seconds per second spent in kernel launch calls (cudaLaunchKernel, hipLaunchKernel, ...): the "
+            "launching thread's budget; near 1 it is saturated and the GPU waits for it.",
+            "short",
+            [
+                Q(
+                    f"sum by (node, model) (rate(aaco_kernel_launch_cpu_seconds_total{{{WORKLOAD}}}[{RATE}]))",
+                    "{{model}} {{node}}",
+                )
+            ],
+            min_val=0,
+        ),
+        ts(
+            "Short kernels and launch outliers",
+            "Per second, as Holistic Trace Analysis defines them: GPU events shorter than their CPU launch call "
+            "(short kernels), launch calls longer than the runtime cutoff (50 us) and kernels whose launch "
+            "delay exceeds the delay cutoff (100 us).",
+            "ops",
+            [
+                Q(
+                    f"sum by (model) (rate(aaco_short_kernels_total{{{WORKLOAD}}}[{RATE}]))",
+                    "{{model}} short kernels",
+                ),
+                Q(
+                    f"sum by (model) (rate(aaco_launch_runtime_outliers_total{{{WORKLOAD}}}[{RATE}]))",
+                    "{{model}} slow launch calls",
+                ),
+                Q(
+                    f"sum by (model) (rate(aaco_launch_delay_outliers_total{{{WORKLOAD}}}[{RATE}]))",
+                    "{{model}} delayed kernels",
+                ),
+            ],
+            min_val=0,
+        ),
+        ts(
             "GPU events by kind",
             "Kernels, copies and memsets seen per second, per model.",
             "ops",

@@ -67,6 +67,9 @@ NO_SERIES_BECAUSE = {
     "iterations stay within it",
     "aaco_span_links_total": "created when an application sends its own spans to the agent's OTLP receiver: "
     "the demo has no receiver and no such application",
+    "aaco_receiver_requests_total": "the demo does not turn on the agent's OTLP receiver (it forwards to an upstream "
+    "collector, which a plain demo run has not)",
+    "aaco_receiver_items_total": "the demo does not turn on the agent's OTLP receiver",
     "model:aaco_drift_active:nodes": "records only models in a drifted state: none drifts in a short run",
 }
 

@@ -70,8 +70,8 @@ def _compact(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _constant(col: pa.Array) -> bool:
     """Whether every value equals the first (no nulls), read from the buffers with numpy.
 
-    Strings: equal lengths in the offsets, then the bytes as rows of that length compared with the
-    first row, about 5x faster than ``pc.equal`` + ``pc.all``; other types: numpy or pyarrow.
+    Strings: equal lengths in the offsets, then the bytes compared with themselves shifted by one
+    row, about 5x faster than ``pc.equal`` + ``pc.all``; other types: numpy or pyarrow.
     """
     if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
         width = 8 if pa.types.is_large_string(col.type) else 4
@@ -84,8 +84,11 @@ def _constant(col: pa.Array) -> bool:
             return False
         if lengths[0] == 0 or data_buf is None:
             return True
-        rows = np.frombuffer(data_buf, dtype=np.uint8)[offsets[0] : offsets[-1]].reshape(len(col), int(lengths[0]))
-        return bool((rows == rows[0]).all())
+        # Rows of equal length are all equal exactly when the bytes repeat with that period: one
+        # contiguous comparison of the block with itself shifted by a row (no (n, width) temporary).
+        data = np.frombuffer(data_buf, dtype=np.uint8)[offsets[0] : offsets[-1]]
+        width_bytes = int(lengths[0])
+        return bool(np.array_equal(data[width_bytes:], data[:-width_bytes]))
     if pa.types.is_integer(col.type) or pa.types.is_floating(col.type):
         values = col.to_numpy(zero_copy_only=False)
         return bool((values == values[0]).all())

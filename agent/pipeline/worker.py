@@ -94,8 +94,9 @@ class Pipeline:
     def periodic(self) -> None:
         """Timed work: lake flushes, and a snapshot when new data came in.
 
-        The snapshot is taken when the interval passed, or as soon as the bus is idle (so the results
-        of a finished replay show at once, without a snapshot per batch).
+        The snapshot is taken when the interval passed, or once the bus is idle and half the interval
+        passed (so the results of a finished burst show soon, without a snapshot per batch; a steady
+        trickle such as 1 Hz telemetry does not make one every second: each writes analysis.json).
         """
         for exp in self.exporters:
             tick = getattr(exp, "tick", None)
@@ -104,7 +105,8 @@ class Pipeline:
         if not self._dirty:
             return
         since = self._clock() - self._last_snapshot
-        if since >= self.snapshot_interval_s or (since >= IDLE_SNAPSHOT_GAP_S and self.bus.depth == 0):
+        idle_gap = max(IDLE_SNAPSHOT_GAP_S, self.snapshot_interval_s / 2)
+        if since >= self.snapshot_interval_s or (since >= idle_gap and self.bus.depth == 0):
             self.publish_snapshot()
 
     def dispatch(self, item: EventBatch) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 
 from aaco.agent.pipeline.ids import trace_id
 from aaco.agent.pipeline.schemas import conform
-from aaco.analyzers.drift import DETECTORS, Baseline, ChangePoint, Cusum, Ewma
+from aaco.analyzers.drift import DETECTORS, Baseline, ChangePoint, Cusum, Ewma, matched_interval, siegmund_arl
 from aaco.analyzers.drift_analyzer import DriftAnalyzer
 
 from .builders import assert_points_valid, item, iterations, kernels
@@ -136,7 +137,7 @@ def test_baseline_modes_and_skew():
     assert flat.mode == "scale" and flat.standardise(7.0) == 0.0 and flat.standardise(100.0) == 3.0
 
 
-def test_autocorrelation_inflates_the_scale_and_white_noise_does_not():
+def test_autocorrelation_is_whitened_and_white_noise_is_left_alone():
     rng = np.random.default_rng(4)
     e = rng.standard_normal(500)
     ar = np.empty(500)
@@ -145,9 +146,35 @@ def test_autocorrelation_inflates_the_scale_and_white_noise_does_not():
         prev = 0.6 * prev + e[i]
         ar[i] = prev
     b = Baseline.fit(ar, clip=3.0, min_rel_scale=0.0)
-    assert 0.45 < b.rho < 0.75 and b.inflation == pytest.approx(math.sqrt((1 + b.rho) / (1 - b.rho)))
+    assert 0.45 < b.rho < 0.75 and b.shift_scale == pytest.approx(math.sqrt((1 - b.rho) / (1 + b.rho)))
+    # the chart input is the AR(1) innovation: a value that continues its predecessor's excursion scores less
+    assert b.whiten(1.0, 1.0) == pytest.approx((1.0 - b.rho) / math.sqrt(1.0 - b.rho**2))
+    u = [b.whiten(b.score(x), b.score(p)) for p, x in itertools.pairwise(ar)]
+    assert abs(np.corrcoef(u[1:], u[:-1])[0, 1]) < 0.15 and 0.8 < np.std(u) < 1.2  # white, unit variance
     white = Baseline.fit(rng.standard_normal(500), clip=3.0, min_rel_scale=0.0)
-    assert white.rho == 0.0 and white.inflation == 1.0
+    assert white.rho == 0.0 and white.shift_scale == 1.0 and white.whiten(1.5, 2.0) == 1.5
+
+
+def test_a_correlated_baseline_keeps_the_white_noise_run_length():
+    # k scaled to a 1-sigma step's size in the innovations; h solved so Siegmund's in-control ARL is unchanged
+    for k_new in (0.45, 0.29, 0.11):
+        h_new = matched_interval(0.5, 9.0, k_new)
+        assert siegmund_arl(k_new, h_new) == pytest.approx(siegmund_arl(0.5, 9.0), rel=1e-6)
+        assert h_new > 9.0
+    assert matched_interval(0.5, 9.0, 0.5) == 9.0
+    rng = np.random.default_rng(5)
+    ar = np.empty(3000)
+    prev = 0.0
+    for i, e in enumerate(rng.standard_normal(3000) * math.sqrt(0.75)):
+        prev = 0.5 * prev + e
+        ar[i] = prev
+    det = Cusum()
+    det.run((100.0 + 5.0 * ar).tolist())
+    rho = det.baseline.rho
+    assert 0.35 < rho < 0.65
+    assert det.k_in_force == pytest.approx(0.5 * math.sqrt((1 - rho) / (1 + rho)))
+    assert det.h_in_force == pytest.approx(matched_interval(0.5, 9.0, det.k_in_force, det.baseline.samples))
+    assert det.h_in_force > matched_interval(0.5, 9.0, det.k_in_force)  # the fitted baseline's error is paid for
 
 
 def test_the_baseline_follows_a_slow_trend():

@@ -16,6 +16,11 @@ A third configuration per round, ``targets``, is the production default: the age
 its own process, so the benchmark's switches are filtered out in the kernel (one hash lookup each);
 its ratio is ``ratio_targets_only``.
 
+A fourth, ``floor``, loads no agent but an empty eBPF program (``return 0``) on the raw
+``sched_switch`` tracepoint alone: the least that any tracer of context switches costs on this
+machine (the kernel's entry into a BPF program per switch), measured in the same rounds; its
+ratio is ``ratio_floor_empty_program``, the ceiling the agent's ratio can approach here.
+
 Needs root (eBPF). Prints one JSON line.
 """
 
@@ -98,6 +103,36 @@ def start_agent(workdir: Path, all_tasks: bool) -> tuple[subprocess.Popen[str], 
     raise RuntimeError(f"the agent did not load its eBPF program:\n{log.read_text()[-2000:]}")
 
 
+FLOOR_PROGRAM = """
+import sys
+from bcc import BPF
+prog = BPF(text="RAW_TRACEPOINT_PROBE(sched_switch) { return 0; }")
+print("loaded", flush=True)
+sys.stdin.readline()
+prog.cleanup()
+"""
+
+
+def start_floor() -> subprocess.Popen[str]:
+    """A process holding an empty raw ``sched_switch`` program; returns once it is attached."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FLOOR_PROGRAM], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != "loaded":
+        proc.kill()
+        raise RuntimeError("the empty eBPF program did not load")
+    return proc
+
+
+def stop_floor(proc: subprocess.Popen[str]) -> None:
+    """Detach the empty program (its process reads a line, cleans up and exits)."""
+    assert proc.stdin is not None
+    proc.stdin.write("\n")
+    proc.stdin.flush()
+    proc.wait(30)
+
+
 def stop_agent(proc: subprocess.Popen[str]) -> None:
     proc.send_signal(signal.SIGINT)
     try:
@@ -130,16 +165,23 @@ def main() -> None:
         result["error"] = "needs root (eBPF)"
         print(json.dumps(result))
         sys.exit(1)
-    ops: dict[str, list[float]] = {"without": [], "all": [], "targets": []}
+    ops: dict[str, list[float]] = {"without": [], "all": [], "targets": [], "floor": []}
     agent_cpu = 0.0
     traced_wall = 0.0
     perf_pipe(args.loops // 10, cpu)  # warm up
-    modes = ("without", "all", "targets")
+    modes = ("without", "all", "targets", "floor")
     with tempfile.TemporaryDirectory(prefix="aaco-bench-sched-") as tmp:
         for r in range(args.rounds):
-            for mode in modes[r % 3 :] + modes[: r % 3]:  # rotate the order round by round
+            for mode in modes[r % len(modes) :] + modes[: r % len(modes)]:  # rotate the order round by round
                 if mode == "without":
                     ops["without"].append(perf_pipe(args.loops, cpu))
+                    continue
+                if mode == "floor":
+                    floor = start_floor()
+                    try:
+                        ops["floor"].append(perf_pipe(args.loops, cpu))
+                    finally:
+                        stop_floor(floor)
                     continue
                 workdir = Path(tmp) / f"round{r}-{mode}"
                 workdir.mkdir()
@@ -174,6 +216,9 @@ def main() -> None:
             "ops_per_s_targets_only": [round(x) for x in ops["targets"]],
             "ratio_targets_only": round(ratio_targets, 4),
             "ratio_targets_only_ci95": [round(x, 4) for x in bootstrap_ratio(ops["targets"], without)],
+            "ops_per_s_floor_empty_program": [round(x) for x in ops["floor"]],
+            "ratio_floor_empty_program": round(statistics.median(ops["floor"]) / med_without, 4),
+            "ratio_floor_empty_program_ci95": [round(x, 4) for x in bootstrap_ratio(ops["floor"], without)],
             "agent_cpu_share_of_one_cpu": round(share, 4),
             "agent_cpu_share_of_machine": round(share / (os.cpu_count() or 1), 4),
             "cpus": os.cpu_count(),

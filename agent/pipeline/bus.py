@@ -101,12 +101,12 @@ class Bus:
                 self._cond.wait(wait)
 
     def get(self, timeout_s: float = 0.1) -> EventBatch | None:
-        """Take the oldest batch, waiting up to ``timeout_s``; None if there is none."""
+        """Take the oldest batch, waiting up to ``timeout_s`` (not at all once closed); None if there is none."""
         with self._cond:
-            if not self._items:
+            if not self._items and not self._closed:
                 self._cond.wait(timeout_s)
-                if not self._items:
-                    return None
+            if not self._items:
+                return None
             item = self._items.popleft()
             self._events -= item.rows
             self._stats.inc(EVENTS_EMITTED, item.rows, component="bus")

@@ -100,6 +100,12 @@ class Correlator:
         """Kernel events held, waiting for an iteration."""
         return self._pending_rows
 
+    def release_in(self) -> float | None:
+        """Seconds until the oldest held kernel is due for release (None when none is held)."""
+        if not self._pending:
+            return None
+        return max(0.0, self._pending[0][0] - self._clock())  # type: ignore[operator]
+
     def process(self, item: EventBatch) -> list[EventBatch]:
         """Fold one batch in; return the batches ready to go on (possibly none, possibly several)."""
         self._stats.inc(EVENTS_RECEIVED, item.rows, component="correlator")

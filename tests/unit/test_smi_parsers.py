@@ -15,7 +15,7 @@ from aaco.agent.sources.smi.capture import read_capture, sniff
 from aaco.agent.sources.smi.model import GpuSample, Snapshot, normalize_pci, to_table
 from aaco.agent.sources.smi.nvidia_smi import parse_nvidia_smi
 from aaco.agent.sources.smi.rocm_smi import parse_rocm_smi
-from aaco.agent.sources.smi.sysfs import DirTree, read_sysfs
+from aaco.agent.sources.smi.sysfs import DirTree, SysfsReader, read_sysfs
 from aaco.agent.sources.smi.values import TelemetryFormatError, number, scale
 
 
@@ -293,6 +293,94 @@ def test_sysfs_bad_values_and_truncated_gpu_metrics(sysfs_root: Path):
         f"{sysfs_root}: field class/drm/card0/device/gpu_metrics: header says 120 bytes, file has 40",
     ]
     assert value(snap, "0", "hw.gpu.memory.usage") == 1490378752
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_sysfs_reader_gives_what_read_sysfs_gives_sample_after_sample(sysfs_root: Path):
+    dev = sysfs_root / "class" / "drm" / "card0" / "device"
+    add_hwmon_and_metrics(dev, 1 << 4)
+    tree = DirTree(sysfs_root)
+    reader = SysfsReader(tree)
+    assert reader.sample() == read_sysfs(tree)
+    (dev / "gpu_busy_percent").write_text("57\n")  # readings are read again every sample
+    (dev / "hwmon" / "hwmon3" / "temp2_input").write_text("70000\n")
+    (dev / "pp_dpm_sclk").write_text("0: 852Mhz\n1: 1630Mhz *\n")
+    snap = reader.sample()
+    assert snap == read_sysfs(tree)
+    assert value(snap, "0", "hw.gpu.utilization") == 0.57
+    assert value(snap, "0", "hw.temperature", sensor="junction") == 70.0
+    assert value(snap, "0", "aaco.gpu.clock.max", clock="graphics") == 1630e6
+
+
+def test_sysfs_reader_keeps_layouts_until_a_refresh(sysfs_root: Path):
+    dev = sysfs_root / "class" / "drm" / "card0" / "device"
+    add_hwmon_and_metrics(dev, 0)
+    clock = FakeClock()
+    reader = SysfsReader(DirTree(sysfs_root), refresh_s=60.0, clock=clock)
+    reader.sample()
+    (dev / "hwmon" / "hwmon3" / "temp3_label").write_text("hotspot\n")  # labels are part of the layout
+    (dev / "unique_id").write_text("fedcba9876543210\n")
+    snap = reader.sample()
+    assert value(snap, "0", "hw.temperature", sensor="memory") == 52.0
+    assert snap.gpus[0].gpu.uuid == "0123456789abcdef"
+    clock.now = 60.0
+    snap = reader.sample()
+    assert snap.gpus[0].gpu.uuid == "fedcba9876543210"
+    assert not any(dict(r.attrs).get("sensor") == "memory" for r in snap.gpus[0].readings)  # a label not mapped
+
+
+def test_sysfs_reader_cards_that_come_go_and_fail(sysfs_root: Path, monkeypatch: pytest.MonkeyPatch):
+    import errno
+    import os
+    import shutil
+
+    from aaco.agent.sources.smi import sysfs
+
+    drm = sysfs_root / "class" / "drm"
+    reader = SysfsReader(DirTree(sysfs_root))
+    assert [g.gpu.index for g in reader.sample().gpus] == ["0"]
+    shutil.copytree(drm / "card0", drm / "card2", symlinks=True)  # a card that appears is probed at once
+    (drm / "card2" / "device" / "unique_id").write_text("2222\n")
+    assert [(g.gpu.index, g.gpu.uuid) for g in reader.sample().gpus] == [("0", "0123456789abcdef"), ("2", "2222")]
+    (drm / "card0").rename(drm / "gone")  # one that vanished is forgotten
+    assert [g.gpu.index for g in reader.sample().gpus] == ["2"]
+    (drm / "gone").rename(drm / "card0")
+    (drm / "card0" / "device" / "unique_id").write_text("0000\n")  # it came back as another GPU: probed again
+    assert [(g.gpu.index, g.gpu.uuid) for g in reader.sample().gpus] == [("0", "0000"), ("2", "2222")]
+
+    real_read = os.read
+
+    def failing_read(fd: int, n: int) -> bytes:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("card2/device/gpu_busy_percent"):
+            raise OSError(errno.ENODEV, "No such device")
+        return real_read(fd, n)
+
+    monkeypatch.setattr(sysfs.os, "read", failing_read)
+    snap = reader.sample()
+    assert [g.gpu.index for g in snap.gpus] == ["0"]
+    assert [p.field for p in snap.problems] == ["class/drm/card2"]
+    monkeypatch.setattr(sysfs.os, "read", real_read)
+    (drm / "card2" / "device" / "unique_id").write_text("2223\n")  # a card that failed is probed again
+    assert [(g.gpu.index, g.gpu.uuid) for g in reader.sample().gpus] == [("0", "0000"), ("2", "2223")]
+
+
+def test_sysfs_reader_reports_bad_dpm_lines_every_sample(sysfs_root: Path):
+    dev = sysfs_root / "class" / "drm" / "card0" / "device"
+    (dev / "pp_dpm_sclk").write_text("0: 852Mhz *\nturbo\n")
+    reader = SysfsReader(DirTree(sysfs_root))
+    for _ in range(2):
+        snap = reader.sample()
+        assert [str(p) for p in snap.problems] == [
+            f"{sysfs_root}: field class/drm/card0/device/pp_dpm_sclk: not a DPM level line: 'turbo'"
+        ]
+        assert value(snap, "0", "aaco.gpu.clock.frequency", clock="graphics") == 852e6
 
 
 # -- the file backend's capture reader -----------------------------------------------------------

@@ -310,3 +310,29 @@ def test_a_missing_capture_is_a_fatal_problem_naming_the_file(tmp_path: Path):
     SmiSource(cfg, "smi").run(ctx)
     (p,) = ctx.journal.problems
     assert (p.fatal, p.subject, p.message) == (True, str(tmp_path / "nope.json"), "no such capture file")
+
+
+def test_to_table_rows_carry_identity_reading_and_pod_attributes():
+    from aaco.agent.pipeline.schemas import SCHEMAS, conform
+    from aaco.agent.sources.smi.model import to_table
+
+    a = GpuSample(GpuIdentity("0", uuid="u0", pci_bus="0000:09:00.0", model="MI300X", vendor="amd"))
+    a.add("hw.power", 400.0)
+    a.add("hw.temperature", 61.0, sensor="junction")
+    b = GpuSample(GpuIdentity("1"))
+    b.add("hw.errors", 2.0, error_type="corrected")
+    pods = {"0": {"k8s.pod.name": "trainer-0", "hw.model": "MI300X OAM"}}
+    batch = to_table([a, b], ts_ns=7, node="n1", source="smi", extra=pods)
+    assert batch.schema == SCHEMAS["telemetry"]
+    assert conform("telemetry", batch).equals(batch)
+    ident = [("hw.model", "MI300X OAM"), ("hw.vendor", "amd"), ("pci.bus_id", "0000:09:00.0")]
+    ident.append(("k8s.pod.name", "trainer-0"))
+    assert batch.to_pylist() == [
+        {"ts_ns": 7, "node": "n1", "device": "0", "metric": "hw.power", "value": 400.0, "unit": "W",
+         "gpu_uuid": "u0", "attributes": ident, "source": "smi"},
+        {"ts_ns": 7, "node": "n1", "device": "0", "metric": "hw.temperature", "value": 61.0, "unit": "Cel",
+         "gpu_uuid": "u0", "attributes": [*ident, ("sensor", "junction")], "source": "smi"},
+        {"ts_ns": 7, "node": "n1", "device": "1", "metric": "hw.errors", "value": 2.0, "unit": "{error}",
+         "gpu_uuid": None, "attributes": [("error.type", "corrected")], "source": "smi"},
+    ]  # fmt: skip
+    assert to_table([], ts_ns=7, node="n1", source="smi").num_rows == 0

@@ -30,7 +30,7 @@ from .model import GpuIdentity, Snapshot
 from .nvidia_smi import parse_nvidia_smi
 from .nvml import NvmlReader
 from .rocm_smi import parse_rocm_smi
-from .sysfs import DirTree, amd_cards, read_sysfs
+from .sysfs import DirTree, SysfsReader, amd_cards
 from .values import TelemetryFormatError
 
 BackendName = Literal["auto", "amdsmi", "amd-smi", "rocm-smi", "sysfs", "nvml", "nvidia-smi", "file"]
@@ -101,12 +101,13 @@ class SysfsBackend(Backend):
 
     def __init__(self, root: Path, timeout_s: float) -> None:
         self.tree = DirTree(root)
+        self.reader = SysfsReader(self.tree)
         self.timeout_s = timeout_s
         self._caller = TimedCaller(f"sysfs {root}")
 
     def sample(self) -> Snapshot:
         """Read every AMD card (in a worker thread: a wedged GPU can block a read in the kernel)."""
-        return self._caller.call(lambda: read_sysfs(self.tree), self.timeout_s)
+        return self._caller.call(self.reader.sample, self.timeout_s)
 
 
 class ToolBackend(Backend):

@@ -12,6 +12,7 @@ they exist, ``aaco.gpu.*`` where they do not; UCUM units; ratios 0..1, bytes, wa
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from typing import Final
 
 import pyarrow as pa
 
-from aaco.agent.pipeline.schemas import ATTRS
+from aaco.agent.pipeline.schemas import ATTRS, TELEMETRY
 
 # metric name -> unit. The telemetry analyzer maps each to its Prometheus definition.
 UTILIZATION: Final = "hw.gpu.utilization"  # ratio of time the graphics/compute engine was busy
@@ -110,14 +111,22 @@ class GpuSample:
         """Add a reading; ``None`` and NaN (a value the tool did not have) are skipped."""
         if value is None or (isinstance(value, float) and math.isnan(value)):
             return
-        # Keyword arguments cannot hold a dot: error_type= stands for the attribute error.type.
-        named = {("error.type" if k == "error_type" else k): v for k, v in attrs.items()}
-        self.readings.append(Reading(metric, float(value), tuple(sorted(named.items()))))
+        self.readings.append(Reading(metric, float(value), _attributes(tuple(attrs.items())) if attrs else ()))
 
     def has(self, metric: str, **attrs: str) -> bool:
         """True when a reading of ``metric`` with exactly these attributes is already present."""
-        want = tuple(sorted({("error.type" if k == "error_type" else k): v for k, v in attrs.items()}.items()))
+        want = _attributes(tuple(attrs.items())) if attrs else ()
         return any(r.metric == metric and r.attrs == want for r in self.readings)
+
+
+@functools.lru_cache(maxsize=1024)
+def _attributes(items: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """Keyword attributes as a reading holds them: sorted, ``error_type`` spelled ``error.type``.
+
+    Keyword arguments cannot hold a dot, hence the spelling. Cached: every sample repeats the
+    same few attribute sets (a sensor, a clock, a throttle reason) for every GPU.
+    """
+    return tuple(sorted((("error.type" if k == "error_type" else k), v) for k, v in items))
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,32 +170,57 @@ def to_table(
     node: str,
     source: str,
     extra: Mapping[str, Mapping[str, str]] | None = None,
-) -> pa.Table:
-    """Long-form ``telemetry`` rows: one per reading, the GPU's identity (and ``extra[index]``) in attributes."""
-    cols: dict[str, list] = {k: [] for k in ("device", "metric", "value", "unit", "gpu_uuid", "attributes")}
+) -> pa.RecordBatch:
+    """Long-form ``telemetry`` rows: one per reading, the GPU's identity (and ``extra[index]``) in attributes.
+
+    A record batch of exactly the ``telemetry`` schema. The attribute maps are built as flat key and
+    value columns with their offsets (not a list of pairs per row, which costs a Python object per
+    entry twice over): a GPU's identity is the same for all its readings, only a reading's own
+    attribute (sensor, clock, ...) is added to it.
+    """
+    devices: list[str] = []
+    metrics: list[str] = []
+    values: list[float] = []
+    units: list[str] = []
+    uuids: list[str | None] = []
+    offsets = [0]
+    keys: list[str] = []
+    items: list[str] = []
     for s in samples:
         ident = {ATTR_MODEL: s.gpu.model, ATTR_VENDOR: s.gpu.vendor, ATTR_PCI: s.gpu.pci_bus}
         ident = {k: v for k, v in ident.items() if v}
         if extra and s.gpu.index in extra:
             ident.update(extra[s.gpu.index])
+        ident_keys, ident_items = list(ident), list(ident.values())
+        uuid = s.gpu.uuid or None
         for r in s.readings:
-            cols["device"].append(s.gpu.index)
-            cols["metric"].append(r.metric)
-            cols["value"].append(r.value)
-            cols["unit"].append(r.unit)
-            cols["gpu_uuid"].append(s.gpu.uuid or None)
-            cols["attributes"].append(list({**ident, **dict(r.attrs)}.items()))
-    n = len(cols["metric"])
-    return pa.table(
-        {
-            "ts_ns": pa.array([ts_ns] * n, pa.int64()),
-            "node": pa.array([node] * n, pa.string()),
-            "device": pa.array(cols["device"], pa.string()),
-            "metric": pa.array(cols["metric"], pa.string()),
-            "value": pa.array(cols["value"], pa.float64()),
-            "unit": pa.array(cols["unit"], pa.string()),
-            "gpu_uuid": pa.array(cols["gpu_uuid"], pa.string()),
-            "attributes": pa.array(cols["attributes"], ATTRS),
-            "source": pa.array([source] * n, pa.string()),
-        }
+            devices.append(s.gpu.index)
+            metrics.append(r.metric)
+            values.append(r.value)
+            units.append(UNITS[r.metric])
+            uuids.append(uuid)
+            if r.attrs:
+                merged = {**ident, **dict(r.attrs)}
+                keys += merged
+                items += merged.values()
+            else:
+                keys += ident_keys
+                items += ident_items
+            offsets.append(len(keys))
+    n = len(metrics)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([ts_ns] * n, pa.int64()),
+            pa.array([node] * n, pa.string()),
+            pa.array(devices, pa.string()),
+            pa.array(metrics, pa.string()),
+            pa.array(values, pa.float64()),
+            pa.array(units, pa.string()),
+            pa.array(uuids, pa.string()),
+            pa.MapArray.from_arrays(
+                pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), pa.array(items, pa.string()), type=ATTRS
+            ),
+            pa.array([source] * n, pa.string()),
+        ],
+        schema=TELEMETRY,
     )

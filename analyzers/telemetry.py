@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+import pyarrow as pa
+
 from aaco.agent.pipeline.schemas import EventBatch
 from aaco.agent.pipeline.signals import MetricDef, MetricPoint, define
 from aaco.agent.sources.smi import model as m
@@ -31,6 +33,8 @@ from .base import Analyzer
 from .telemetry_compat import compat_points
 
 BASE_LABELS: Final = ("node", "gpu", "gpu_uuid", "model", "pod", "namespace", "container")
+# The columns that say which series a row is (and its labels); the rest are its value and time.
+_LAYOUT_COLUMNS: Final = ("node", "device", "metric", "gpu_uuid", "source", "attributes")
 
 
 def _gpu_metric(otel: str, prom: str, kind: str, unit: str, description: str, extra: str = "") -> MetricDef:
@@ -200,6 +204,9 @@ class TelemetryAnalyzer(Analyzer):
         self._series: dict[tuple[str, ...], Series] = {}
         self._dropped: Counter[str] = Counter()
         self._newest = 0
+        # The last batch's identity columns and each row's series key (None: a metric not known):
+        # a source sends the same rows sample after sample, so a batch that matches only moves values.
+        self._layout: tuple[str, pa.RecordBatch, list[tuple[str, ...] | None]] | None = None
 
     @classmethod
     def from_config(cls, config: Any) -> TelemetryAnalyzer:
@@ -219,23 +226,52 @@ class TelemetryAnalyzer(Analyzer):
         b = item.batch
         if b.num_rows == 0:
             return
+        layout = b.select(_LAYOUT_COLUMNS)
+        last = self._layout
+        if last is None or last[0] != item.source or not last[1].equals(layout) or not self._move(b, last[2]):
+            self._fold(b, item.source, layout)
+        horizon = self._newest - self.stale_after_ns
+        stale = [k for k, s in self._series.items() if s.ts_ns < horizon]
+        for k in stale:
+            del self._series[k]
+
+    def _move(self, b: pa.RecordBatch, keys: list[tuple[str, ...] | None]) -> bool:
+        """Update the series of a batch laid out as the last one: values and times only; False if one is gone."""
+        rows = [None if k is None else self._series.get(k) for k in keys]
+        if any(s is None and k is not None for s, k in zip(rows, keys, strict=True)):
+            return False  # a series expired since: the full fold finds out what to do
+        for s, value, ts in zip(rows, b.column("value").to_pylist(), b.column("ts_ns").to_pylist(), strict=True):
+            if s is None:
+                self._dropped["unknown_metric"] += 1
+            elif s.ts_ns <= ts:  # not an older reading arriving late
+                s.value = float(value)
+                s.ts_ns = ts
+                self._newest = max(self._newest, ts)
+        return True
+
+    def _fold(self, b: pa.RecordBatch, item_source: str, layout: pa.RecordBatch) -> None:
         cols = {
             c: b.column(c).to_pylist() for c in ("ts_ns", "node", "device", "metric", "value", "gpu_uuid", "source")
         }
         attrs = b.column("attributes").to_pylist()
+        keys: list[tuple[str, ...] | None] = []
+        complete = True
         for i, metric in enumerate(cols["metric"]):
             if metric not in DEFINITIONS:
                 self._dropped["unknown_metric"] += 1
+                keys.append(None)
                 continue
             a = dict(attrs[i] or ())
             attr = a.get(m.SERIES_ATTRIBUTE.get(metric, ""), "")
-            source = cols["source"][i] or item.source
+            source = cols["source"][i] or item_source
             uuid = cols["gpu_uuid"][i] or ""
             key = (source, cols["node"][i], cols["device"][i], uuid, metric, attr)
+            keys.append(key)
             ts = cols["ts_ns"][i]
             old = self._series.get(key)
             if old is None and len(self._series) >= self.max_series:
                 self._dropped["max_series"] += 1
+                complete = False
                 continue
             if old is not None and old.ts_ns > ts:
                 continue  # an older reading arriving late
@@ -258,10 +294,8 @@ class TelemetryAnalyzer(Analyzer):
                 a.get(m.ATTR_PCI, ""),
             )
             self._newest = max(self._newest, ts)
-        horizon = self._newest - self.stale_after_ns
-        stale = [k for k, s in self._series.items() if s.ts_ns < horizon]
-        for k in stale:
-            del self._series[k]
+        # A batch with rows over the series cap is folded in full every time (its drops are counted).
+        self._layout = (item_source, layout, keys) if complete else None
 
     def snapshot(self) -> TelemetryResult:
         """The latest values (an immutable copy)."""

@@ -147,3 +147,56 @@ def test_from_config_reads_compat_per_smi_source(samples: Path):
     a = TelemetryAnalyzer.from_config(cfg)
     assert a.compat == {"smi": "amd"}
     assert a.stale_after_ns == 600 * 10**9
+
+
+def with_values(item: EventBatch, ts: int, scale: float) -> EventBatch:
+    """The same rows at another time with other values (what a source sends sample after sample)."""
+    b = item.batch
+    b = b.set_column(b.schema.get_field_index("ts_ns"), "ts_ns", pa.array([ts] * b.num_rows, pa.int64()))
+    values = pa.array([v * scale for v in b.column("value").to_pylist()], pa.float64())
+    return EventBatch(item.kind, b.set_column(b.schema.get_field_index("value"), "value", values), item.source)
+
+
+def test_repeated_rows_move_values_and_times_like_new_rows(samples: Path):
+    first = batch(samples / "rocm-smi" / "mi100_rocm602.json", 1_000)
+    a = TelemetryAnalyzer()
+    a.update(first)
+    a.update(with_values(first, 2_000, 2.0))
+    a.update(with_values(first, 1_500, 3.0))  # late: older than what is kept
+    fresh = TelemetryAnalyzer()
+    fresh.update(with_values(first, 2_000, 2.0))
+    assert a.snapshot() == fresh.snapshot()
+    assert find(points(a.snapshot()), "aaco_gpu_power_watts", gpu="0") == 72.0
+
+
+def test_repeated_rows_count_their_drops_and_bring_back_expired_series(samples: Path):
+    odd = conform(
+        "telemetry",
+        pa.table(
+            {
+                "ts_ns": [1, 1],
+                "node": ["n1", "n1"],
+                "device": ["0", "0"],
+                "metric": ["hw.fan_speed", "hw.power"],
+                "value": [1.0, 50.0],
+                "unit": ["rpm", "W"],
+            }
+        ),
+    )
+    a = TelemetryAnalyzer(stale_after_s=10)
+    a.update(EventBatch("telemetry", odd, "smi"))
+    a.update(with_values(EventBatch("telemetry", odd, "smi"), 2, 1.0))
+    assert find(points(a.snapshot()), "aaco_telemetry_series_dropped", reason="unknown_metric") == 2
+    a.update(batch(samples / "nvidia-smi" / "a100-sxm4-v12.xml", 20_000_000_000, source="other"))
+    assert {s.source for s in a.snapshot().series} == {"other"}  # the smi series expired
+    a.update(with_values(EventBatch("telemetry", odd, "smi"), 21_000_000_000, 2.0))
+    res = a.snapshot()
+    assert [s.value for s in res.series if s.source == "smi"] == [100.0]
+    assert find(points(res), "aaco_telemetry_series_dropped", reason="unknown_metric") == 3
+
+    capped = TelemetryAnalyzer(max_series=5)
+    rows = batch(samples / "rocm-smi" / "mi100_rocm602.json", 1)
+    capped.update(rows)
+    once = capped.snapshot().dropped["max_series"]
+    capped.update(with_values(rows, 2, 1.0))
+    assert capped.snapshot().dropped["max_series"] == 2 * once

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -107,10 +108,29 @@ def _date(day: int) -> str:
     return (datetime.date(1970, 1, 1) + datetime.timedelta(days=day)).isoformat()
 
 
+# orjson, not json: analysis.json is written every few seconds and the standard library's indenting
+# encoder is pure Python (0.65 ms for 16 KB against 0.02 ms). Numpy numbers are written as numbers,
+# NaN and infinities as null (json wrote NaN, which is not JSON), anything else unknown as its str().
+_JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_APPEND_NEWLINE
+
+
+def dump_json(doc: Any) -> bytes:
+    """``doc`` as indented JSON (UTF-8, a newline at the end)."""
+    try:
+        return orjson.dumps(doc, default=str, option=_JSON_OPTIONS)
+    except orjson.JSONEncodeError:  # what orjson refuses (integers beyond 64 bits, ...) the standard library writes
+        return (json.dumps(doc, indent=2, default=str) + "\n").encode()
+
+
 def write_json_atomic(path: Path, doc: Any) -> None:
     """Write JSON to ``path`` via a temporary file and rename (readers see old or new, never half)."""
+    write_bytes_atomic(path, dump_json(doc))
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file and rename (readers see old or new, never half)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
+    tmp.write_bytes(data)
     os.replace(tmp, path)
 
 
@@ -151,6 +171,7 @@ class LakeExporter(Exporter):
         self._commit_seq = 0
         self._last_flush = clock()
         self._lock_file: Any = None
+        self._sources_written: bytes | None = None
         self._closed = False
         self._started = False
 
@@ -353,7 +374,10 @@ class LakeExporter(Exporter):
         try:
             write_json_atomic(self.root / "analysis.json", snapshot.to_dict())
             if self._records is not None:
-                write_json_atomic(self.root / "sources.json", {"sources": self._records()})
+                sources = dump_json({"sources": self._records()})
+                if sources != self._sources_written:  # what was read changes rarely once sources run
+                    write_bytes_atomic(self.root / "sources.json", sources)
+                    self._sources_written = sources
         except OSError as exc:
             self._stats.inc(EXPORT_ERRORS, 1, exporter="lake")
             log.error("lake: cannot write analysis.json under %s: %s", self.root, exc)

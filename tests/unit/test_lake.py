@@ -284,6 +284,32 @@ def test_write_json_atomic_replaces(tmp_path):
     assert [x.name for x in tmp_path.iterdir()] == ["doc.json"]
 
 
+def test_json_documents_are_indented_json_with_numpy_numbers_and_no_nan(tmp_path):
+    import numpy as np
+
+    p = tmp_path / "doc.json"
+    write_json_atomic(p, {"n": np.int64(3), "x": np.float32(0.5), "bad": float("nan"), 7: "key", "at": Path("/x")})
+    text = p.read_text()
+    assert text.endswith("}\n") and '\n  "n": 3' in text
+    assert json.loads(text) == {"n": 3, "x": 0.5, "bad": None, "7": "key", "at": "/x"}
+    write_json_atomic(p, {"big": 2**70})  # beyond orjson: the standard library writes it
+    assert json.loads(p.read_text()) == {"big": 2**70}
+
+
+def test_sources_json_is_written_when_it_changes(tmp_path, stats):
+    records = [{"source": "replay", "subject": "x.json"}]
+    lx = LakeExporter(LakeConfig(path=tmp_path / "lake"), stats, records=lambda: records)
+    lx.start()
+    lx.export_snapshot(snapshot())
+    sources = lx.root / "sources.json"
+    sources.write_text("{}")  # stands for the file as written: not written again while the records stay
+    lx.export_snapshot(snapshot())
+    assert sources.read_text() == "{}"
+    records.append({"source": "smi", "subject": "sysfs"})
+    lx.export_snapshot(snapshot())
+    assert json.loads(sources.read_text()) == {"sources": records}
+
+
 def test_shutdown_flushes_and_is_idempotent(tmp_path, stats):
     lx = make(tmp_path, stats)
     lx.export(kb([DAY1]))

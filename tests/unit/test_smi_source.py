@@ -105,6 +105,34 @@ def test_timed_caller_abandons_a_hung_call_and_refuses_while_it_hangs():
         caller.call(lambda: 1 / 0, 5.0)
 
 
+def test_timed_caller_keeps_its_worker_thread_and_lets_it_go():
+    caller = TimedCaller("idling", max_stuck=1, idle_s=0.2)
+    threads = {caller.call(threading.current_thread, 5.0) for _ in range(5)}
+    assert len(threads) == 1  # one worker for call after call
+    release = threading.Event()
+    with pytest.raises(BackendTimeoutError):
+        caller.call(release.wait, 0.1)
+    release.set()
+    for _ in range(100):
+        if caller.stuck == 0:
+            break
+        threading.Event().wait(0.05)
+    assert caller.call(threading.current_thread, 5.0) not in threads  # the abandoned worker was replaced
+    names = lambda: [t for t in threading.enumerate() if t.name == "aaco-idling-call"]  # noqa: E731
+    for _ in range(100):  # idle past idle_s: the worker ends (the abandoned one ended with its call)
+        if not names():
+            break
+        threading.Event().wait(0.05)
+    assert names() == []
+    assert caller.call(lambda: 3, 5.0) == 3  # and a new one starts for the next call
+    caller.close()
+    for _ in range(100):
+        if not names():
+            break
+        threading.Event().wait(0.05)
+    assert names() == []
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

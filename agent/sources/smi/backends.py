@@ -93,6 +93,10 @@ class CaptureBackend(Backend):
         """Parse the file as it is now."""
         return self._caller.call(lambda: read_capture(self.path), self.timeout_s)
 
+    def close(self) -> None:
+        """End the worker thread."""
+        self._caller.close()
+
 
 class SysfsBackend(Backend):
     """``sysfs``: amdgpu's files under ``root/class/drm``."""
@@ -108,6 +112,10 @@ class SysfsBackend(Backend):
     def sample(self) -> Snapshot:
         """Read every AMD card (in a worker thread: a wedged GPU can block a read in the kernel)."""
         return self._caller.call(self.reader.sample, self.timeout_s)
+
+    def close(self) -> None:
+        """End the worker thread."""
+        self._caller.close()
 
 
 class ToolBackend(Backend):
@@ -201,6 +209,7 @@ class LibraryBackend(Backend):
         """Shut the library down."""
         if self._caller.stuck == 0:
             self.reader.close()
+        self._caller.close()
 
 
 def open_backend(name: str, opts: BackendOptions) -> Backend:

@@ -101,6 +101,33 @@ def test_an_open_episode_is_active_and_split_batches_continue_it():
     assert [f.evidence["state"] for f in a.drain_findings()] == ["open"]
 
 
+def test_samples_sent_one_batch_each_are_folded_like_one_batch_of_them_all():
+    def sample(t: int, gpu: int) -> list[tuple]:
+        hot = t in (3, 4, 5) and gpu == 1
+        return [
+            vendor(t, gpu, "power", t in (2, 3)),
+            vendor(t, gpu, "thermal", False),
+            loaded(t, gpu, 0.5 + 0.05 * t),
+            (t, gpu, "hw.temperature", 104.0 if hot else 60.0, {"sensor": "junction"}),
+            (t, gpu, "hw.temperature", 50.0, {"sensor": "edge"}),
+        ]
+
+    times = range(1, 9)
+    each, whole = ThrottleAnalyzer(), ThrottleAnalyzer()
+    for t in times:  # the same rows every second: the grouping of the first is kept
+        each.update(tele([r for gpu in (0, 1) for r in sample(t, gpu)]))
+    each.update(tele([r for gpu in (0, 1) for r in sample(4, gpu)]))  # late: same rows, older
+    each.update(tele(sample(9, 1)))  # GPU 0 went missing: other rows, grouped again
+    whole.update(tele([r for t in times for gpu in (0, 1) for r in sample(t, gpu)]))
+    whole.update(tele([r for gpu in (0, 1) for r in sample(4, gpu)]))
+    whole.update(tele(sample(9, 1)))
+    assert each.snapshot().to_dict() == whole.snapshot().to_dict()
+    assert [f.summary for f in each.drain_findings()] == [f.summary for f in whole.drain_findings()]
+    doc = each.snapshot().to_dict()
+    assert doc["dropped"]["late_telemetry"] == 10
+    assert [e["reason"] for g in doc["gpus"] for e in g["recent"]] == ["power", "power", "thermal"]
+
+
 def clocks(t: float, gpu: int, mhz: float, max_mhz: float = 1700.0, domain: str = "graphics") -> list[tuple]:
     return [
         (t, gpu, "aaco.gpu.clock.frequency", mhz * 1e6, {"clock": domain}),

@@ -312,7 +312,6 @@ def bootstrap_medians(ordered: np.ndarray, draws: int, rng: np.random.Generator)
 _TRACKED: Final = frozenset(
     {m.UTILIZATION, m.POWER, m.CLOCK, m.CLOCK_MAX, m.TEMPERATURE, m.THROTTLE, POWER_LIMIT, TEMPERATURE_LIMIT}
 )
-_TRACKED_ARRAY: Final = pa.array(sorted(_TRACKED))
 # The columns that say which GPU and series a telemetry row is; the rest are its time and value.
 _LAYOUT_COLUMNS: Final = ("node", "device", "metric", "attributes")
 # One GPU's rows of one sample: node, GPU, row numbers, (metric, series attribute) of each row.
@@ -369,6 +368,9 @@ class ThrottleAnalyzer(Analyzer):
         self._rng = np.random.default_rng(seed)  # reservoir sampling (deterministic for a given input)
         self._dropped: dict[str, int] = dict.fromkeys(DROP_REASONS, 0)
         self._layout: tuple[pa.RecordBatch, list[_Group]] | None = None  # the last telemetry rows' grouping
+        # Made on first use, not at import: pyarrow imports pandas (about 30 MiB resident) on its first
+        # list conversion unless the agent has already kept it out (cli.keep_pandas_out), at start.
+        self._tracked: pa.Array | None = None
 
     # --- telemetry -> episodes -----------------------------------------------------------------
 
@@ -386,7 +388,9 @@ class ThrottleAnalyzer(Analyzer):
             self._classify()
 
     def _telemetry(self, b: pa.RecordBatch) -> None:
-        sel = b.filter(pc.is_in(b.column("metric"), _TRACKED_ARRAY))
+        if self._tracked is None:
+            self._tracked = pa.array(sorted(_TRACKED))
+        sel = b.filter(pc.is_in(b.column("metric"), self._tracked))
         if sel.num_rows:
             ts = sel.column("ts_ns").to_numpy()
             values = sel.column("value").to_numpy(zero_copy_only=False).tolist()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -303,10 +304,11 @@ class FakeClock:
         return self.now
 
 
-def test_sysfs_reader_gives_what_read_sysfs_gives_sample_after_sample(sysfs_root: Path):
+@pytest.mark.parametrize("max_open", [0, 512])
+def test_sysfs_reader_gives_what_read_sysfs_gives_sample_after_sample(sysfs_root: Path, max_open: int):
     dev = sysfs_root / "class" / "drm" / "card0" / "device"
     add_hwmon_and_metrics(dev, 1 << 4)
-    tree = DirTree(sysfs_root)
+    tree = DirTree(sysfs_root, max_open=max_open)
     reader = SysfsReader(tree)
     assert reader.sample() == read_sysfs(tree)
     (dev / "gpu_busy_percent").write_text("57\n")  # readings are read again every sample
@@ -319,11 +321,12 @@ def test_sysfs_reader_gives_what_read_sysfs_gives_sample_after_sample(sysfs_root
     assert value(snap, "0", "aaco.gpu.clock.max", clock="graphics") == 1630e6
 
 
-def test_sysfs_reader_keeps_layouts_until_a_refresh(sysfs_root: Path):
+@pytest.mark.parametrize("max_open", [0, 512])
+def test_sysfs_reader_keeps_layouts_until_a_refresh(sysfs_root: Path, max_open: int):
     dev = sysfs_root / "class" / "drm" / "card0" / "device"
     add_hwmon_and_metrics(dev, 0)
     clock = FakeClock()
-    reader = SysfsReader(DirTree(sysfs_root), refresh_s=60.0, clock=clock)
+    reader = SysfsReader(DirTree(sysfs_root, max_open=max_open), refresh_s=60.0, clock=clock)
     reader.sample()
     (dev / "hwmon" / "hwmon3" / "temp3_label").write_text("hotspot\n")  # labels are part of the layout
     (dev / "unique_id").write_text("fedcba9876543210\n")
@@ -369,6 +372,53 @@ def test_sysfs_reader_cards_that_come_go_and_fail(sysfs_root: Path, monkeypatch:
     monkeypatch.setattr(sysfs.os, "read", real_read)
     (drm / "card2" / "device" / "unique_id").write_text("2223\n")  # a card that failed is probed again
     assert [(g.gpu.index, g.gpu.uuid) for g in reader.sample().gpus] == [("0", "0000"), ("2", "2223")]
+
+
+def open_files(under: Path) -> list[str]:
+    """Files of this process open under a directory."""
+    fds = Path("/proc/self/fd")
+    targets = []
+    for fd in fds.iterdir():
+        try:
+            targets.append(os.readlink(fd))
+        except OSError:
+            continue
+    return sorted(t for t in targets if t.startswith(str(under)))
+
+
+def test_sysfs_reader_keeps_reading_files_open_within_a_bound(sysfs_root: Path, monkeypatch: pytest.MonkeyPatch):
+    import errno
+    import shutil
+
+    from aaco.agent.sources.smi import sysfs
+
+    drm = sysfs_root / "class" / "drm"
+    add_hwmon_and_metrics(drm / "card0" / "device", 0)
+    shutil.copytree(drm / "card0", drm / "card2", symlinks=True)
+    reader = SysfsReader(DirTree(sysfs_root, max_open=10))
+    reader.sample()
+    kept = open_files(sysfs_root)
+    assert 0 < len(kept) <= 10  # the bound (files that do not exist take a place): the rest are opened per read
+    assert open_files(drm / "card0") == kept and open_files(drm / "card2") == []
+    (drm / "card0" / "device" / "gpu_busy_percent").write_text("75\n")
+    assert value(reader.sample(), "0", "hw.gpu.utilization") == 0.75  # read again from the start
+    assert open_files(sysfs_root) == kept
+
+    real_pread = os.pread
+
+    def failing_pread(fd: int, n: int, offset: int) -> bytes:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("card0/device/gpu_busy_percent"):
+            raise OSError(errno.ENODEV, "No such device")
+        return real_pread(fd, n, offset)
+
+    monkeypatch.setattr(sysfs.os, "pread", failing_pread)
+    snap = reader.sample()
+    assert [g.gpu.index for g in snap.gpus] == ["2"]
+    assert open_files(drm / "card0") == []  # a GPU that failed has its files closed
+    monkeypatch.setattr(sysfs.os, "pread", real_pread)
+    assert [g.gpu.index for g in reader.sample().gpus] == ["0", "2"]
+    reader.close()
+    assert open_files(sysfs_root) == []
 
 
 def test_sysfs_reader_reports_bad_dpm_lines_every_sample(sysfs_root: Path):

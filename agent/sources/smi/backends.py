@@ -51,6 +51,9 @@ ROCM_SMI_ARGS: Final = (
     "--json",
 )
 IDENTITY_REFRESH_S: Final = 60.0
+# sysfs files kept open between samples (about 16 per GPU; beyond this they are opened per read), far
+# below the usual limit of 1024 open files.
+MAX_OPEN_FILES: Final = 512
 
 
 @dataclass
@@ -104,7 +107,7 @@ class SysfsBackend(Backend):
     name = "sysfs"
 
     def __init__(self, root: Path, timeout_s: float) -> None:
-        self.tree = DirTree(root)
+        self.tree = DirTree(root, max_open=MAX_OPEN_FILES)
         self.reader = SysfsReader(self.tree)
         self.timeout_s = timeout_s
         self._caller = TimedCaller(f"sysfs {root}")
@@ -114,8 +117,10 @@ class SysfsBackend(Backend):
         return self._caller.call(self.reader.sample, self.timeout_s)
 
     def close(self) -> None:
-        """End the worker thread."""
+        """End the worker thread and close the files kept open."""
         self._caller.close()
+        if self._caller.stuck == 0:  # a hung read still holds the tree
+            self.reader.close()
 
 
 class ToolBackend(Backend):

@@ -23,6 +23,9 @@ What does not change while a card stays (its identity, its hwmon sensors and lab
 files) is a ``CardLayout``, found once: ``SysfsReader`` (the sysfs backend, sampling every
 second) keeps the layouts and reads only the files that hold readings, finding them again when a
 card appears, vanishes or fails, and every ``LAYOUT_REFRESH_S``. ``read_sysfs`` finds them afresh.
+The sysfs backend's ``DirTree`` also keeps those files open and reads them again from the start
+(sysfs regenerates an attribute on every read at offset 0; its files are never replaced while the
+device stays, and a device that goes makes the read fail, which closes them).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import functools
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
@@ -68,6 +71,7 @@ _DPM: Final = (
     ("pp_dpm_socclk", "soc"),
     ("pp_dpm_fclk", "fabric"),
 )
+_READINGS: Final = ("gpu_busy_percent", "mem_busy_percent", "mem_info_vram_used", "mem_info_vram_total")
 _FREQ_LABELS: Final[dict[str, str]] = {"sclk": "graphics", "mclk": "memory"}
 _TEMP_LABELS: Final[dict[str, str]] = {"edge": "edge", "junction": "junction", "mem": "memory"}
 _UNAVAILABLE: Final = frozenset(
@@ -96,31 +100,68 @@ class Tree(Protocol):
     def readlink(self, rel: str) -> str | None:
         """A symbolic link's target (None when not a link)."""
 
+    def keep(self, rels: Iterable[str]) -> None:
+        """Files read again and again: the tree may keep them open."""
+
+    def forget(self, prefix: str) -> None:
+        """Stop keeping open the files under ``prefix`` ("" for all)."""
+
 
 class DirTree:
-    """A sysfs tree on disk: ``root`` holds ``class/drm``."""
+    """A sysfs tree on disk: ``root`` holds ``class/drm``.
 
-    def __init__(self, root: Path) -> None:
+    Files named by ``keep`` (at most ``max_open`` of them) stay open once read and are read again
+    from their start with ``pread``, which sysfs answers with fresh content: an open and a close
+    per reading cost more than the read itself (0.47 ms against 0.09 ms for 8 GPUs' 120 files).
+    The tree is not shared between threads (its caller makes one call at a time).
+    """
+
+    def __init__(self, root: Path, max_open: int = 0) -> None:
         self.root = root
         self.name = os.fspath(root)
+        self.max_open = max_open
         self._prefix = self.name.rstrip("/") + "/"  # plain strings: pathlib costs more than the reads
+        self._kept: dict[str, int | None] = {}  # files to keep open -> descriptor (None: not open yet)
 
     def read(self, rel: str) -> bytes | None:
         """Read a file (sysfs files are small: 64 KiB at most)."""
+        kept = rel in self._kept
+        fd = self._kept.get(rel)
+        if fd is None:
+            try:
+                fd = os.open(self._prefix + rel, os.O_RDONLY)
+            except OSError as exc:
+                if exc.errno in _UNAVAILABLE or exc.errno == errno.ENOTDIR:
+                    return None
+                raise DeviceGoneError(f"{rel}: {exc.strerror}") from exc
+            if kept:
+                self._kept[rel] = fd
         try:
-            fd = os.open(self._prefix + rel, os.O_RDONLY)
+            return os.pread(fd, 65536, 0) if kept else os.read(fd, 65536)
         except OSError as exc:
-            if exc.errno in _UNAVAILABLE or exc.errno == errno.ENOTDIR:
-                return None
-            raise DeviceGoneError(f"{rel}: {exc.strerror}") from exc
-        try:
-            return os.read(fd, 65536)
-        except OSError as exc:
+            if kept:
+                self._kept[rel] = None  # opened again at the next read
+                kept = False
             if exc.errno in _UNAVAILABLE:
                 return None
             raise DeviceGoneError(f"{rel}: {exc.strerror}") from exc
         finally:
-            os.close(fd)
+            if not kept:
+                os.close(fd)
+
+    def keep(self, rels: Iterable[str]) -> None:
+        """Keep these files open once read (as many as ``max_open`` allows)."""
+        for rel in rels:
+            if len(self._kept) >= self.max_open:
+                return
+            self._kept.setdefault(rel, None)
+
+    def forget(self, prefix: str) -> None:
+        """Close the kept files under ``prefix`` ("" for all) and stop keeping them."""
+        for rel in [r for r in self._kept if r.startswith(prefix)]:
+            fd = self._kept.pop(rel)
+            if fd is not None:
+                os.close(fd)
 
     def listdir(self, rel: str) -> list[str]:
         """Directory entries, sorted."""
@@ -160,6 +201,12 @@ class ArchiveTree:
     def readlink(self, rel: str) -> str | None:
         """The archived link target."""
         return self.archive.links.get(self.prefix + rel)
+
+    def keep(self, rels: Iterable[str]) -> None:
+        """Nothing to keep open: the archive is in memory."""
+
+    def forget(self, prefix: str) -> None:
+        """Nothing kept open."""
 
 
 def amd_cards(tree: Tree) -> list[str]:
@@ -216,6 +263,12 @@ class CardLayout:
     hwmon: tuple[tuple[str, str, str], ...]
     ras: tuple[str, ...]
 
+    def files(self) -> list[str]:
+        """The files every sample reads."""
+        dev = self.dev
+        own = [f"{dev}/{name}" for name in _READINGS] + [f"{dev}/{name}" for name, _ in _DPM]
+        return [*own, *(path for _, path, _ in self.hwmon), *self.ras, f"{dev}/gpu_metrics"]
+
 
 def card_layout(tree: Tree, card: str) -> CardLayout:
     """Find a card's identity and the files that hold its readings."""
@@ -254,12 +307,12 @@ def read_readings(tree: Tree, layout: CardLayout, f: Fields) -> GpuSample:
         return f.num(raw, f"{dev}/{name}") if raw else None
 
     s = GpuSample(layout.identity)
-    busy = num("gpu_busy_percent")
+    busy = num(_READINGS[0])
     s.add(UTILIZATION, None if busy is None else busy / 100.0)
-    mem_busy = num("mem_busy_percent")
+    mem_busy = num(_READINGS[1])
     s.add(MEMORY_UTILIZATION, None if mem_busy is None else mem_busy / 100.0)
-    s.add(MEMORY_USAGE, num("mem_info_vram_used"))
-    s.add(MEMORY_LIMIT, num("mem_info_vram_total"))
+    s.add(MEMORY_USAGE, num(_READINGS[2]))
+    s.add(MEMORY_LIMIT, num(_READINGS[3]))
     _hwmon(tree, layout.hwmon, f, s)
     for fname, clock in _DPM:
         current, top = _dpm_levels(_text(tree, f"{dev}/{fname}"), f"{dev}/{fname}", f)
@@ -294,24 +347,37 @@ class SysfsReader:
         tree = self.tree
         if self._clock() - self._found_at >= self.refresh_s:
             self._layouts.clear()
+            tree.forget("")
             self._found_at = self._clock()
         f = Fields(tree.name)
         snap = Snapshot(FORMAT)
         names = _card_names(tree)
         for gone in self._layouts.keys() - set(names):
-            del self._layouts[gone]
+            self._drop(gone)
         for card in names:
             try:
                 if card not in self._layouts:
-                    self._layouts[card] = card_layout(tree, card) if is_amd(tree, card) else None
+                    layout = card_layout(tree, card) if is_amd(tree, card) else None
+                    if layout is not None:
+                        tree.keep(layout.files())
+                    self._layouts[card] = layout
                 layout = self._layouts[card]
                 if layout is not None:
                     snap.gpus.append(read_readings(tree, layout, f))
             except DeviceGoneError as exc:
-                self._layouts.pop(card, None)
+                self._drop(card)
                 f.problem(f"class/drm/{card}", f"device error: {exc}")
         snap.problems = f.problems
         return snap
+
+    def _drop(self, card: str) -> None:
+        self._layouts.pop(card, None)
+        self.tree.forget(f"class/drm/{card}/")
+
+    def close(self) -> None:
+        """Close the files kept open."""
+        self._layouts.clear()
+        self.tree.forget("")
 
 
 def _dpm_levels(text: str, path: str, f: Fields) -> tuple[float | None, float | None]:

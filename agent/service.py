@@ -72,6 +72,7 @@ class _Running:
     config: Any
     ctx: SourceContext
     thread: threading.Thread
+    ended: threading.Event  # set as the thread ends (before it wakes the main thread)
 
 
 def build_analyzers(config: AgentConfig) -> list[Analyzer]:
@@ -189,6 +190,8 @@ class AgentService:
             quarantine=(lake.path / "quarantine" / name) if lake.enabled else None,
         )
 
+        ended = threading.Event()
+
         def run() -> None:
             try:
                 source.run(ctx)
@@ -198,10 +201,11 @@ class AgentService:
                 log.exception("source %s failed", name)
                 ctx.problem(name, name, "crash", f"{type(exc).__name__}: {exc}", fatal=True, count=1)
             finally:
+                ended.set()
                 self.wake.set()
 
         thread = threading.Thread(target=run, name=f"aaco-source-{name}", daemon=True)
-        self._sources[name] = _Running(source, cfg, ctx, thread)
+        self._sources[name] = _Running(source, cfg, ctx, thread, ended)
         thread.start()
 
     def _stop_sources(self, names: list[str], deadline: float) -> None:
@@ -245,7 +249,7 @@ class AgentService:
     def sources_done(self) -> bool:
         """True when every source has ended (replays finished, fixed cycles run)."""
         with self._lock:
-            return all(not r.thread.is_alive() for r in self._sources.values())
+            return all(r.ended.is_set() for r in self._sources.values())
 
     @property
     def problems(self) -> list[Problem]:

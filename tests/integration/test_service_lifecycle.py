@@ -112,3 +112,27 @@ def test_health_follows_the_lifecycle(tmp_path, samples):
     assert svc.live() == (True, "ok")
     svc.shutdown()
     assert svc.live() == (False, "stopped")
+
+
+def test_run_until_stopped_returns_when_the_sources_end_and_wakes_on_signals(tmp_path, samples):
+    import os
+    import signal
+
+    from aaco.agent.service import run_until_stopped
+
+    svc, mem = service_for(tmp_path, [{"type": "replay", "paths": [str(samples / "kineto")]}])
+    run_until_stopped(svc, stop_when_sources_done=True, poll_s=60)  # woken by the ending source, not a poll
+    assert svc.state is State.STOPPED and svc.sources_done()
+    assert mem.table("kernels").num_rows == 114
+
+    svc, _ = service_for(tmp_path / "b", [])
+    reloads = []
+
+    def reload_config():
+        reloads.append(1)
+        os.kill(os.getpid(), signal.SIGTERM)  # the next signal stops it
+        return svc.config
+
+    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGHUP)).start()
+    run_until_stopped(svc, stop_when_sources_done=False, reload_config=reload_config, poll_s=60)
+    assert reloads == [1] and svc.state is State.STOPPED

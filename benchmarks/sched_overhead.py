@@ -16,10 +16,11 @@ A third configuration per round, ``targets``, is the production default: the age
 its own process, so the benchmark's switches are filtered out in the kernel (one hash lookup each);
 its ratio is ``ratio_targets_only``.
 
-A fourth, ``floor``, loads no agent but an empty eBPF program (``return 0``) on the raw
-``sched_switch`` tracepoint alone: the least that any tracer of context switches costs on this
-machine (the kernel's entry into a BPF program per switch), measured in the same rounds; its
-ratio is ``ratio_floor_empty_program``, the ceiling the agent's ratio can approach here.
+A fourth, ``floor``, loads no agent but empty eBPF programs (``return 0``) on the raw
+``sched_switch`` and ``sched_wakeup`` tracepoints, the two the source needs on this path: what
+the kernel's entry into a BPF program costs per switch and per wakeup on this machine, before
+any work, measured in the same rounds; its ratio is ``ratio_floor_empty_program``, the ceiling
+the agent's ratio can approach here.
 
 Needs root (eBPF). Prints one JSON line.
 """
@@ -106,7 +107,7 @@ def start_agent(workdir: Path, all_tasks: bool) -> tuple[subprocess.Popen[str], 
 FLOOR_PROGRAM = """
 import sys
 from bcc import BPF
-prog = BPF(text="RAW_TRACEPOINT_PROBE(sched_switch) { return 0; }")
+prog = BPF(text="RAW_TRACEPOINT_PROBE(sched_switch) { return 0; } RAW_TRACEPOINT_PROBE(sched_wakeup) { return 0; }")
 print("loaded", flush=True)
 sys.stdin.readline()
 prog.cleanup()
@@ -114,7 +115,7 @@ prog.cleanup()
 
 
 def start_floor() -> subprocess.Popen[str]:
-    """A process holding an empty raw ``sched_switch`` program; returns once it is attached."""
+    """A process holding empty raw ``sched_switch`` and ``sched_wakeup`` programs; returns once attached."""
     proc = subprocess.Popen(
         [sys.executable, "-c", FLOOR_PROGRAM], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )

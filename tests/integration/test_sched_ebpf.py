@@ -226,13 +226,21 @@ def test_cli_nonexistent_pid_is_a_clear_error(aaco_bin):
     assert "Traceback" not in r.stderr
 
 
-# Runs `aaco sched` in a child that drops root after importing what it needs (the interpreter
-# itself may live where an unprivileged user cannot read, e.g. under /root).
+# Runs `aaco sched` in a child that drops root after loading what it needs (the interpreter itself
+# may live where an unprivileged user cannot read, e.g. under /root or a 0700 temporary checkout).
+# Libraries import some modules only when first used (typer's vendored click when it parses a
+# command line, numpy.ma when pyarrow converts an array), so the child first runs the same command
+# as root on the proc backend, its output discarded, and only then drops root and runs it for real.
 UNPRIVILEGED = """
-import os, sys
-import json, logging, typer, rich.table, pyarrow.compute, numpy
+import contextlib, io, os, sys
 import aaco.agent.cli as cli
-import aaco.agent.sources.sched_ebpf, aaco.agent.sources.sched_proc, aaco.analyzers.sched
+import aaco.agent.sources.sched_ebpf  # the auto backend asks it why eBPF cannot run
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    try:
+        cli.app([*sys.argv[1:], "--backend", "proc", "--duration", "0.1", "--log-level", "error"], prog_name="aaco")
+    except SystemExit as exc:
+        if exc.code:
+            raise
 if os.geteuid() == 0:
     os.setgroups([])
     os.setgid(65534)

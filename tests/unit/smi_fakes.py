@@ -10,9 +10,14 @@ shipped in ROCm 7.0): ``amdsmi_*`` functions returning dicts, IntEnum-like const
 from __future__ import annotations
 
 import enum
+import errno
+import os
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import pytest
 
 
 class NVMLError(Exception):
@@ -244,3 +249,17 @@ def fake_amdsmi(gpus: list[FakeAmdGpu]) -> types.ModuleType:
         if callable(fn) and getattr(fn, "__name__", "").startswith("amdsmi_"):
             setattr(mod, fn.__name__, fn)
     return mod
+
+
+def fail_reads_of(suffix: str, monkeypatch: pytest.MonkeyPatch, call: str = "read") -> Callable[..., bytes]:
+    """Make ``os.<call>`` (``read`` or ``pread``) fail with ENODEV, as a GPU that fell off the bus does,
+    on descriptors open on a path ending in ``suffix``; returns the real function, to put back."""
+    real: Callable[..., bytes] = getattr(os, call)
+
+    def failing(fd: int, *args: int) -> bytes:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(suffix):
+            raise OSError(errno.ENODEV, "No such device")
+        return real(fd, *args)
+
+    monkeypatch.setattr(os, call, failing)
+    return real

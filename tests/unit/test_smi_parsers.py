@@ -19,6 +19,8 @@ from aaco.agent.sources.smi.rocm_smi import parse_rocm_smi
 from aaco.agent.sources.smi.sysfs import DirTree, SysfsReader, read_sysfs
 from aaco.agent.sources.smi.values import TelemetryFormatError, number, scale
 
+from .smi_fakes import fail_reads_of
+
 
 def value(snap: Snapshot, gpu: str, metric: str, **attrs: str) -> float:
     """The one reading of ``metric`` with ``attrs`` on GPU ``gpu`` (fails if absent or repeated)."""
@@ -340,8 +342,6 @@ def test_sysfs_reader_keeps_layouts_until_a_refresh(sysfs_root: Path, max_open: 
 
 
 def test_sysfs_reader_cards_that_come_go_and_fail(sysfs_root: Path, monkeypatch: pytest.MonkeyPatch):
-    import errno
-    import os
     import shutil
 
     from aaco.agent.sources.smi import sysfs
@@ -358,14 +358,7 @@ def test_sysfs_reader_cards_that_come_go_and_fail(sysfs_root: Path, monkeypatch:
     (drm / "card0" / "device" / "unique_id").write_text("0000\n")  # it came back as another GPU: probed again
     assert [(g.gpu.index, g.gpu.uuid) for g in reader.sample().gpus] == [("0", "0000"), ("2", "2222")]
 
-    real_read = os.read
-
-    def failing_read(fd: int, n: int) -> bytes:
-        if os.readlink(f"/proc/self/fd/{fd}").endswith("card2/device/gpu_busy_percent"):
-            raise OSError(errno.ENODEV, "No such device")
-        return real_read(fd, n)
-
-    monkeypatch.setattr(sysfs.os, "read", failing_read)
+    real_read = fail_reads_of("card2/device/gpu_busy_percent", monkeypatch)
     snap = reader.sample()
     assert [g.gpu.index for g in snap.gpus] == ["0"]
     assert [p.field for p in snap.problems] == ["class/drm/card2"]
@@ -387,7 +380,6 @@ def open_files(under: Path) -> list[str]:
 
 
 def test_sysfs_reader_keeps_reading_files_open_within_a_bound(sysfs_root: Path, monkeypatch: pytest.MonkeyPatch):
-    import errno
     import shutil
 
     from aaco.agent.sources.smi import sysfs
@@ -404,14 +396,7 @@ def test_sysfs_reader_keeps_reading_files_open_within_a_bound(sysfs_root: Path, 
     assert value(reader.sample(), "0", "hw.gpu.utilization") == 0.75  # read again from the start
     assert open_files(sysfs_root) == kept
 
-    real_pread = os.pread
-
-    def failing_pread(fd: int, n: int, offset: int) -> bytes:
-        if os.readlink(f"/proc/self/fd/{fd}").endswith("card0/device/gpu_busy_percent"):
-            raise OSError(errno.ENODEV, "No such device")
-        return real_pread(fd, n, offset)
-
-    monkeypatch.setattr(sysfs.os, "pread", failing_pread)
+    real_pread = fail_reads_of("card0/device/gpu_busy_percent", monkeypatch, call="pread")
     snap = reader.sample()
     assert [g.gpu.index for g in snap.gpus] == ["2"]
     assert open_files(drm / "card0") == []  # a GPU that failed has its files closed

@@ -18,7 +18,7 @@ from aaco.agent.sources.smi.calls import BackendError, BackendTimeoutError, Time
 from aaco.agent.sources.smi.model import GpuIdentity, GpuSample, Snapshot
 from aaco.agent.sources.smi.tracker import FixedRate, GpuTracker
 
-from .smi_fakes import FakeGpu, fake_nvml
+from .smi_fakes import FakeGpu, fail_reads_of, fake_nvml
 
 
 class FakeClock:
@@ -311,20 +311,11 @@ def test_sysfs_gpu_that_falls_off_the_bus_and_comes_back(samples: Path, tmp_path
 
 
 def test_sysfs_device_errors_drop_the_gpu(samples: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    import errno
-
     from aaco.agent.sources.smi import sysfs, ttar
 
     ttar.unpack(ttar.read((samples / "sysfs" / "amdgpu_card0.ttar").read_text()), tmp_path)
     tree = sysfs.DirTree(tmp_path / "fixtures" / "sys")
-    real_read = os.read
-
-    def failing_read(fd: int, n: int) -> bytes:
-        if os.readlink(f"/proc/self/fd/{fd}").endswith("gpu_busy_percent"):
-            raise OSError(errno.ENODEV, "No such device")
-        return real_read(fd, n)
-
-    monkeypatch.setattr(sysfs.os, "read", failing_read)
+    fail_reads_of("gpu_busy_percent", monkeypatch)
     snap = sysfs.read_sysfs(tree)
     assert snap.gpus == []
     assert [str(p) for p in snap.problems] == [

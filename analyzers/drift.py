@@ -279,7 +279,8 @@ def _log_arl(k: float, h: float, samples: int) -> float:
     """
     b = h + 1.166
     a = 2.0 * k * b
-    log = (a if a > 50.0 else math.log(math.expm1(a) - a)) - math.log(2.0 * k * k)
+    # Past a = 50 the exponential alone is the ARL to double precision (and may overflow a float).
+    log = a - math.log(2.0 * k * k) if a > 50.0 else math.log(siegmund_arl(k, h))
     return log - (2.0 * b * b / samples if samples > 0 else 0.0)
 
 

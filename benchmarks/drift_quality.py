@@ -48,7 +48,7 @@ import itertools
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import ruptures as rpt
@@ -178,32 +178,26 @@ def oracle_chart(rho: float) -> tuple[float, float]:
     return k, matched_interval(0.5, 9.0, k)
 
 
-def oracle_alarms(u: np.ndarray, k: float, h: float) -> int:
-    """Alarms of a two-sided CUSUM (restarting at zero after each) on in-control innovations."""
+def cusum_alarms(u: np.ndarray, k: float, h: float) -> Iterator[int]:
+    """Alarm positions of a two-sided CUSUM on innovations ``u``, restarting at zero after each."""
     up = down = 0.0
-    alarms = 0
-    for v in u.tolist():
+    for i, v in enumerate(u.tolist()):
         up = max(0.0, up + v - k)
         down = max(0.0, down - v - k)
         if up > h or down > h:
-            alarms += 1
+            yield i
             up = down = 0.0
-    return alarms
 
 
 def oracle_delays(u: np.ndarray, cps: list[int], k: float, h: float) -> tuple[list[int], int]:
     """Delays of the oracle CUSUM started at zero on each step (innovations around the true levels)."""
     out, missed = [], 0
     for cp, nxt in itertools.pairwise([*cps, u.size]):
-        up = down = 0.0
-        for j, v in enumerate(u[cp:nxt].tolist()):
-            up = max(0.0, up + v - k)
-            down = max(0.0, down - v - k)
-            if up > h or down > h:
-                out.append(j)
-                break
-        else:
+        first = next(cusum_alarms(u[cp:nxt], k, h), None)
+        if first is None:
             missed += 1
+        else:
+            out.append(first)
     return out, missed
 
 
@@ -230,7 +224,7 @@ def main() -> None:
         if kind in ORACLE_KINDS:
             rho = ORACLE_KINDS[kind]
             k, h = oracle_chart(rho)
-            alarms = sum(oracle_alarms(innovations(x, LEVEL, rho), k, h) for x in in_control)
+            alarms = sum(len(list(cusum_alarms(innovations(x, LEVEL, rho), k, h))) for x in in_control)
             x, cps, level = with_levels[1.0]
             before = level.copy()  # each stretch measured against the level before its step (the known baseline)
             for cp, nxt in itertools.pairwise([*cps, x.size]):

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.support import tracegen  # noqa: E402 - the generators live with the tests
 
-SAMPLES = ROOT.parent / "shared" / "samples"
+SAMPLES = ROOT / "examples" / "data"
 AACO = str(Path(sys.executable).parent / "aaco")
 
 

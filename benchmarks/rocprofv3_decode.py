@@ -1,6 +1,6 @@
 """The rocprofv3 CSV parser's speed against a bare ``pyarrow.csv.read_csv`` of the same file, same run.
 
-The file: rows of the real sample (``../shared/samples/rocprofv3/kernel_trace.csv``) repeated with
+The file: rows of the real sample (``examples/data/rocprofv3/kernel_trace.csv``) repeated with
 shifted timestamps and fresh correlation ids, ``--rows`` of them (default 1,000,000), written to a
 temporary directory. Measured, interleaved ``--rounds`` times:
 
@@ -28,7 +28,7 @@ from aaco.agent.pipeline.clock import ClockOffset
 from aaco.agent.sources.formats import identify
 from aaco.agent.sources.parsers import context_for, parse_any
 
-SAMPLE = Path(__file__).resolve().parents[1].parent / "shared" / "samples" / "rocprofv3" / "kernel_trace.csv"
+SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "data" / "rocprofv3" / "kernel_trace.csv"
 
 
 def build(path: Path, rows: int) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = ROOT.parent / "shared" / "samples"
+SAMPLES = ROOT / "examples" / "data"
 REQUIRE_REAL = os.environ.get("AACO_REQUIRE_REAL") == "1"
 
 
@@ -24,9 +24,9 @@ def skip_or_fail(reason: str) -> None:
 
 @pytest.fixture(scope="session")
 def samples() -> Path:
-    """``../shared/samples`` beside the repository. A test that needs it and cannot find it fails."""
+    """``examples/data``: the real captures the project carries. A test that needs one and cannot find it fails."""
     if not SAMPLES.is_dir():
-        pytest.fail(f"real samples not found at {SAMPLES} (clone the repository beside shared/)")
+        pytest.fail(f"real samples not found at {SAMPLES}: the checkout is incomplete (git checkout -- examples/data)")
     return SAMPLES
 
 

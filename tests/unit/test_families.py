@@ -17,7 +17,7 @@ from .builders import assert_points_valid, item, iterations, kernels
 
 US = 1000
 
-# Every distinct kernel name in the real captures (../shared/samples) and the family a performance
+# Every distinct kernel name in the real captures (examples/data) and the family a performance
 # engineer would file it under; a name prefix is enough to pick it out.
 SAMPLE_FAMILIES = {
     # A100 AlexNet (Kineto, CUDA 12): cuDNN convolutions, cuBLAS GEMMs, ATen kernels.

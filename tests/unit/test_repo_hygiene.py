@@ -87,3 +87,31 @@ def test_metrics_doc_is_current():
 
     doc = (ROOT / "docs" / "metrics.md").read_text()
     assert doc == splice(doc), "docs/metrics.md is stale: regenerate its table with `aaco metrics --markdown`"
+
+
+def test_no_tracked_file_reaches_outside_the_checkout():
+    """A clone alone passes its suite: nothing names the shared folder beside the repository."""
+    outside = "../" + "shared"  # spelled in two pieces so that this file does not match itself
+    found = subprocess.run(
+        ["git", "grep", "-n", "-F", "-e", outside],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert found.returncode == 1, f"tracked files refer outside the checkout:\n{found.stdout[:4000]}"
+
+
+def test_every_sample_has_its_provenance():
+    """Each real capture under examples/data is named in SAMPLES.md (tool, source, licence)."""
+    data = ROOT / "examples" / "data"
+    listed = (data / "SAMPLES.md").read_text()
+    files = [p for p in data.rglob("*") if p.is_file() and p.name not in ("README.md", "SAMPLES.md")]
+    assert files
+    hta = "## `kineto-hta/`" in listed  # one paragraph covers that folder's files
+    missing = [
+        str(p.relative_to(data))
+        for p in files
+        if str(p.relative_to(data)) not in listed and not (hta and p.parent.name == "kineto-hta")
+    ]
+    assert missing == [], f"samples without provenance in examples/data/SAMPLES.md: {missing}"

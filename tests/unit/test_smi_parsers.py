@@ -1,4 +1,4 @@
-"""The telemetry parsers against the real captures in ../shared/samples: exact acceptance values, units,
+"""The telemetry parsers against the real captures in examples/data: exact acceptance values, units,
 throttle reasons, and bad input reported with the file and field at fault."""
 
 from __future__ import annotations

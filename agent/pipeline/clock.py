@@ -14,6 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 
 NS_PER_US = 1_000
+# Epoch nanoseconds a converted event time must lie in: 1990-01-01 and 2100-01-01 (UTC). Outside,
+# the time is damage or a wrong clock conversion: counted and left out, never stored as 1970 or wrapped.
+EPOCH_FLOOR_NS = 631_152_000 * 10**9
+EPOCH_CEIL_NS = 4_102_444_800 * 10**9
+INT64_MAX = (1 << 63) - 1
+UINT64_MAX = (1 << 64) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,3 +59,14 @@ def us_to_ns(values: np.ndarray) -> np.ndarray:
     v = values.astype(np.float64)
     whole = np.floor(v)
     return whole.astype(np.int64) * NS_PER_US + np.rint((v - whole) * NS_PER_US).astype(np.int64)
+
+
+def in_epoch_range(ns: np.ndarray) -> np.ndarray:
+    """Mask of epoch-ns times inside [``EPOCH_FLOOR_NS``, ``EPOCH_CEIL_NS``) (see the constants)."""
+    a = np.asarray(ns)
+    return (a >= EPOCH_FLOOR_NS) & (a < EPOCH_CEIL_NS)
+
+
+def fits_int64(value: int) -> bool:
+    """Whether a Python int fits a signed 64-bit column (ids beyond it are bad events, not exceptions)."""
+    return -INT64_MAX - 1 <= value <= INT64_MAX

@@ -19,6 +19,12 @@ class ParsedTrace:
     product, the tool's own label), see ``trace_common``. ``bad_rows`` are the rows that could not be
     used, as ``trace_common.BadRow`` (byte offset, raw bytes, reason), for logs and quarantine; their
     counts by reason are in ``skipped``.
+
+    ``model`` is the model the file itself names (rocprofv3 metadata command line, Kineto process
+    name), None when it names none. ``anchor_raw_ns`` is a time in the trace's own clock (before
+    conversion) at which the file was finished (rocprofv3 metadata ``fini_time``, else the last
+    event's end), None when unknown: with the file's mtime it anchors a trace recorded on another
+    boot. Both ride on the first chunk.
     """
 
     format: str
@@ -29,3 +35,5 @@ class ParsedTrace:
     pids: tuple[int, ...] = ()
     devices: dict[str, dict[str, Any]] = field(default_factory=dict)
     bad_rows: list[Any] = field(default_factory=list)
+    model: str | None = None
+    anchor_raw_ns: int | None = None

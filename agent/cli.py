@@ -412,7 +412,7 @@ def graph(
     model: Annotated[Path, typer.Argument(help="ONNX model file.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Summarise an ONNX graph: node count including subgraphs, op histogram, opsets (the KAR denominator)."""
+    """Summarise an ONNX graph: all nodes and the nodes that run (KAR's denominator, docs/kar.md), ops, opsets."""
     from aaco.analyzers.graph import summarize
 
     from .run.models import load_model
@@ -426,13 +426,17 @@ def graph(
         out_console.print_json(json.dumps(doc))
         return
     out_console.print(
-        f"{model}: {doc['nodes']} nodes ({doc['top_level_nodes']} top level, "
-        f"{doc['subgraphs']} subgraphs), opset {doc['opset']}",
+        f"{model}: {doc['nodes']} nodes ({doc['top_level_nodes']} top level, {doc['subgraphs']} subgraphs), "
+        f"{doc['running_nodes']} running, {doc['folded_nodes']} folded at load; opset {summary.opset_text()}",
         highlight=False,
     )
-    table = Table("op", "count")
+    table = Table("op")
+    for col in ("nodes", "folded", "running"):
+        table.add_column(col, justify="right")
+    folded = doc["folded_ops"]
     for op, n in doc["ops"].items():
-        table.add_row(op, str(n))
+        table.add_row(op, str(n), str(folded.get(op, 0)), str(n - folded.get(op, 0)))
+    table.add_row("total", str(doc["nodes"]), str(doc["folded_nodes"]), str(doc["running_nodes"]), style="bold")
     out_console.print(table)
 
 

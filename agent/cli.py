@@ -429,6 +429,7 @@ def graph(
         f"{model}: {doc['nodes']} nodes ({doc['top_level_nodes']} top level, {doc['subgraphs']} subgraphs), "
         f"{doc['running_nodes']} running, {doc['folded_nodes']} folded at load; opset {summary.opset_text()}",
         highlight=False,
+        soft_wrap=True,  # one line however long the path: the terminal wraps it, not rich
     )
     table = Table("op")
     for col in ("nodes", "folded", "running"):

@@ -1,10 +1,13 @@
-"""Kernel amplification ratio (KAR): kernels launched per iteration over the model's graph nodes.
+"""Kernel amplification ratio (KAR): kernels launched per iteration over the model's graph nodes that run.
 
-``KAR = (kernels in iterations of the model / iterations of the model) / graph nodes`` where graph
-nodes counts every node including subgraphs (``analyzers.graph``), carried on the iteration rows
-by the source that knows the model. Only ``kind == "kernel"`` events count (copies and memsets are
-not launches of graph work). With ONNX Runtime's optimised graph known, KAR against it is reported
-too. Bands follow the seeds: about 1 or below is well fused, above 2 worth a look, above 5 severe.
+``KAR = (kernels in iterations of the model / iterations of the model) / running graph nodes``. The
+running nodes (``analyzers.graph``, rule in docs/kar.md) are the nodes of the model, subgraphs
+included, less those ONNX Runtime folds at load (constant folding), which launch no work. The
+source that knows the model carries them on the iteration rows as ``graph_nodes`` (the ``ort``
+source counts them so). Only ``kind == "kernel"`` events count (copies and memsets are not launches
+of graph work). With ONNX Runtime's optimised graph known (``graph_nodes_optimized``: after folding
+and fusion), KAR against it is reported too. Bands follow the seeds: about 1 or below is well
+fused, above 2 worth a look, above 5 severe.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ KAR_RATIO = define(
     "aaco_kar_ratio",
     "gauge",
     "1",
-    "Kernel amplification ratio: kernels per iteration / ONNX graph nodes.",
+    "Kernel amplification ratio: kernels per iteration / ONNX graph nodes that run (not folded at load).",
     ("node", "model"),
 )
 KERNELS_PER_ITERATION = define(
@@ -42,7 +45,7 @@ GRAPH_NODES = define(
     "aaco_model_graph_nodes",
     "gauge",
     "{node}",
-    "ONNX graph nodes of the model, subgraphs included.",
+    "ONNX graph nodes of the model that run: subgraphs included, nodes folded at load left out.",
     ("node", "model"),
 )
 
@@ -58,7 +61,12 @@ def kar_band(value: float | None) -> str | None:
 
 @dataclass(frozen=True)
 class KarResult:
-    """KAR per (node, model) and the headline value."""
+    """KAR per (node, model) and the headline value.
+
+    Per model: ``kar`` (kernels per iteration / ``graph_nodes``, the running nodes), ``band``,
+    ``kernels_per_iteration``, ``graph_nodes``, ``graph_nodes_optimized``, ``kar_optimized``,
+    ``iterations``, ``kernels``.
+    """
 
     models: dict[tuple[str, str], dict[str, Any]]
 
@@ -138,7 +146,7 @@ class KarAnalyzer(Analyzer):
                 self._kernels[key] = self._kernels.get(key, 0) + n
 
     def snapshot(self) -> KarResult:
-        """KAR per model from the counts so far."""
+        """KAR per model from the counts so far, over the running graph nodes the iterations carried."""
         out: dict[tuple[str, str], dict[str, Any]] = {}
         for key in set(self._iterations) | set(self._kernels):
             iters = self._iterations.get(key, 0)

@@ -2,7 +2,8 @@
 
 Each cycle (``agent.run.workload``) warms up, times N iterations and ends profiling; the profile is
 parsed (``ort_profile``) with the session's own profiling start as the clock anchor and published:
-iterations (carrying the graph's node counts for KAR) then kernels. Warmup runs are not published.
+iterations (carrying the graph's node counts for KAR: ``graph_nodes`` is the count of nodes that run,
+those ONNX Runtime does not fold at load, docs/kar.md) then kernels. Warmup runs are not published.
 ``cycles: null`` loops until the agent stops (the embedded default); ``aaco run`` runs one cycle.
 """
 
@@ -90,9 +91,10 @@ class OrtSource(Source):
             return
         name = cfg.model_name or model_name(self.model_path)
         log.info(
-            "ort: %s (%d graph nodes) on %s, %d warmup + %d timed per cycle",
+            "ort: %s (%d graph nodes, %d running) on %s, %d warmup + %d timed per cycle",
             name,
             graph.nodes,
+            graph.running_nodes,
             provider,
             cfg.warmup,
             cfg.iterations,
@@ -125,7 +127,7 @@ class OrtSource(Source):
                 self.wall_latencies_ns.extend(result.latencies_ns)
                 if opt_path is not None and opt_path.exists():
                     optimized_nodes = _optimized_node_count(opt_path)
-                self._publish_cycle(ctx, result, name, graph.nodes, optimized_nodes, provider)
+                self._publish_cycle(ctx, result, name, graph.running_nodes, optimized_nodes, provider)
                 cycle += 1
                 if cfg.cycles is not None and cycle >= cfg.cycles:
                     break
@@ -133,8 +135,9 @@ class OrtSource(Source):
                     break
 
     def _publish_cycle(
-        self, ctx: SourceContext, result, name: str, nodes: int, optimized: int | None, provider: str
+        self, ctx: SourceContext, result, name: str, running_nodes: int, optimized: int | None, provider: str
     ) -> None:
+        """Publish one cycle's profile; KAR's denominator is ``running_nodes`` (nodes not folded at load)."""
         if result.profile_path is None:
             return
         subject = os.fspath(result.profile_path)
@@ -156,7 +159,7 @@ class OrtSource(Source):
             run_id=f"{name}:{result.profiling_start_ns}",
             model=name,
             skip_runs=result.warmup_done,
-            graph_nodes=nodes,
+            graph_nodes=running_nodes,
             graph_nodes_optimized=optimized,
             provider=provider,
             source=self.name,

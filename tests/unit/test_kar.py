@@ -194,3 +194,20 @@ def test_max_models_bounds_kernel_only_models():
     for m in "abcde":
         a.update(correlated(1, model=m))
     assert len(a.snapshot().models) <= 2
+
+
+def test_light_resnet50_kar_over_running_nodes(resnet50):
+    # The issue's figure: 59 kernels per iteration over light_resnet50's 176 running nodes (of 415) is 0.335.
+    import onnx
+
+    from aaco.analyzers.graph import summarize
+
+    g = summarize(onnx.load(str(resnet50), load_external_data=False))
+    a = KarAnalyzer()
+    a.update(its(2, model="light_resnet50", graph_nodes=g.running_nodes, optimized=59))
+    a.update(correlated(2 * 59, model="light_resnet50"))
+    m = a.snapshot().models[(NODE, "light_resnet50")]
+    assert (m["graph_nodes"], m["kernels_per_iteration"]) == (176, 59)
+    assert round(m["kar"], 3) == 0.335
+    assert m["kar_optimized"] == pytest.approx(1.0)
+    assert "run" in KAR_RATIO.description and "run" in GRAPH_NODES.description

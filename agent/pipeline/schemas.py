@@ -83,7 +83,7 @@ ITERATIONS: Final = _schema(
     [
         ("iteration", I64),  # index within the run
         ("tid", I64),
-        ("graph_nodes", I64),  # ONNX graph nodes including subgraphs (for KAR)
+        ("graph_nodes", I64),  # ONNX graph nodes that run (not folded at load): KAR's denominator
         ("graph_nodes_optimized", I64),  # nodes of ONNX Runtime's optimised graph
         ("provider", STR),  # ONNX Runtime execution provider
         ("name", STR),  # the annotation that delimited it (ProfilerStep#3, model_run, a rocTX range)

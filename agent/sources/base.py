@@ -4,7 +4,9 @@ A source runs in its own thread (``run``), publishes batches of one of the event
 ``SourceContext`` and returns when its input is exhausted (``finite`` sources: a replay, a fixed
 number of workload cycles) or when ``ctx.stop`` is set. Bad input never escapes ``run`` as an
 exception: it is counted (``aaco_source_errors_total{source,reason}``), logged once per file and
-reason, and kept as a ``Problem`` the command line can report.
+reason, and kept as a ``Problem`` the command line can report; a file whose reading raises anyway
+is its own failure boundary (``ingest.file_failed``). What still escapes ``run`` is caught by the
+agent's ``supervise.Supervisor``, which restarts the source with backoff.
 
 Stopping has two stages: ``stop`` asks a source to read no more (it still publishes what it has,
 waiting for room on the bus), ``abort`` tells it the shutdown deadline passed and publishing
@@ -148,6 +150,12 @@ class SourceContext:
         dropped, counted, when the bus is full. Returns False if any chunk did not get on the bus.
         ``range_`` is the ledger range of the input these rows came from: each chunk is one piece
         of it, and a chunk the bus refuses fails it (the input is read again after a restart).
+
+        ``live`` says what the data is, not where it comes from: rows happening now (telemetry,
+        scheduler events, a capture window just taken, the new lines of a tailed growing file) set
+        ``aaco_source_lag_seconds`` from their newest event. A whole file (a replay, a complete file
+        picked up in a spool, a capture left by an earlier run) is not live, however recent: its
+        age says when it was recorded, not how far behind the agent is.
         """
         try:
             full = conform(kind, batch)

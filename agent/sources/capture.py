@@ -10,7 +10,9 @@ once, at most one per pid per ``min_gap_s``, at most ``max_queue`` waiting; each
 process group, killed when it outlives ``duration_ms`` plus ``timeout_s``. The template is split
 into arguments once (``shlex``) and the placeholders are filled per argument: no shell is involved,
 so a pid or path can never inject a command. What the command leaves in its output directory is
-read exactly once (``ingest.ingest_file``) and the directory removed unless ``keep_outputs``.
+read exactly once (``ingest.ingest_file``: a file that fails is quarantined and the others read) and
+the directory removed unless ``keep_outputs``. A window just captured is live data (it sets
+``aaco_source_lag_seconds``); the directories an earlier run left behind are not.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from aaco.agent.pipeline.signals import define
 
 from .base import Source, SourceContext
 from .formats import DEFAULT_MAX_BYTES, expand, identify
-from .ingest import Quarantine, ingest_file
+from .ingest import Quarantine, file_failed, ingest_file
 from .parsers import ITERATIONS_FIRST, context_for
 from .sched_targets import gpu_processes
 
@@ -175,7 +177,7 @@ class CaptureSource(Source):
             if not (out.is_dir() and m):
                 continue
             log.info("capture: ingesting %s, left by an earlier run", out)
-            self._ingest(ctx, quarantine, out, int(m.group(1)))
+            self._ingest(ctx, quarantine, out, int(m.group(1)), live=False)
             if not self.config.keep_outputs:
                 shutil.rmtree(out, ignore_errors=True)
 
@@ -188,13 +190,19 @@ class CaptureSource(Source):
             args = [fill(arg, values) for arg in shlex.split(cfg.command)]
             outcome = self._execute(ctx, args, pid, out)
             if outcome in ("ok", "failed"):  # a failed profiler may still have written something useful
-                self._ingest(ctx, quarantine, out, pid)
+                self._ingest(ctx, quarantine, out, pid, live=True)
             self._count(outcome)
             log.info("capture of pid %d (%s): %s", pid, reason, outcome)
-        except OSError as exc:
+        except Exception as exc:  # in a pool thread, where nobody would see it: one window fails, not the source
             self._count("failed")
+            log.debug("capture of pid %d failed", pid, exc_info=exc)
             ctx.problem(
-                self.name, os.fspath(out), "capture", f"capture of pid {pid} failed: {exc}", fatal=False, count=1
+                self.name,
+                os.fspath(out),
+                "capture",
+                f"capture of pid {pid} failed: {type(exc).__name__}: {exc}",
+                fatal=False,
+                count=1,
             )
         finally:
             with self._lock:
@@ -238,7 +246,7 @@ class CaptureSource(Source):
             return "failed"
         return "ok"
 
-    def _ingest(self, ctx: SourceContext, quarantine: Quarantine, out: Path, pid: int) -> None:
+    def _ingest(self, ctx: SourceContext, quarantine: Quarantine, out: Path, pid: int, *, live: bool) -> None:
         files = []
         for path in expand([out]):
             try:
@@ -246,12 +254,14 @@ class CaptureSource(Source):
                     files.append(identify(path))
             except (TraceFormatError, OSError):
                 continue  # profilers leave logs and metadata beside their traces
+            except Exception as exc:  # recognising it failed: that file is lost, not the window
+                file_failed(ctx, self.name, path, exc, quarantine)
         files.sort(key=lambda tf: (tf.format not in ITERATIONS_FIRST, str(tf.path)))
         for tf in files:
             tctx = context_for(tf, node=ctx.node, source=self.name, model=self.config.model, pid=pid)
             # keyed by the capture (two windows can write identical bytes), so a crash mid-ingest resumes it
             key = f"{self.name}:{out.name}:{tf.path.relative_to(out)}"
-            ingest_file(ctx, self.name, tf, tctx, quarantine, key=key, max_bytes=self.config.max_file_bytes, live=True)
+            ingest_file(ctx, self.name, tf, tctx, quarantine, key=key, max_bytes=self.config.max_file_bytes, live=live)
 
 
 def create(config: CaptureConfig, name: str) -> CaptureSource:

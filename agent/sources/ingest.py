@@ -7,6 +7,12 @@ and a file already committed is skipped on the next run. Bad rows are counted by
 (``DIR/quarantine/<source>/``, bounded). A file that breaks part-way (truncated JSON, a damaged
 gzip stream) keeps the events read before the damage: its range is sealed as read, the file is
 quarantined, and the problem reported.
+
+The file is the failure boundary: whatever one file raises (``TraceFormatError``, or a parser bug:
+``OverflowError``, ``KeyError``, ``MemoryError``, ...) is caught here (``file_failed``): the file is
+quarantined, committed as done (so no restart reads it again; the rows published before the failure
+are kept), counted in ``aaco_source_errors_total{source,reason}`` under ``failure_reason``, named once in
+the log (the traceback at debug level), and the source goes on with its next file.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ log = logging.getLogger("aaco.sources.ingest")
 QUARANTINE_FILE_BYTES = 1 << 20  # bad rows kept per input file
 QUARANTINE_TOTAL_BYTES = 64 << 20  # per source
 QUARANTINE_COPY_BYTES = 16 << 20  # whole unreadable files copied up to this size
+MESSAGE_CHARS = 300  # an exception's text kept in a problem (a parser's exception can quote a whole line)
 
 
 class Quarantine:
@@ -123,6 +130,8 @@ def ingest_file(
     info["identity"] = tf.identity
     first = 0
     if key is not None:
+        if skip_committed and ctx.ledger.pending(key):
+            return IngestResult(already=True)  # read in this run (a restarted source), rows on their way to the lake
         saved = ctx.ledger.committed(key)
         same = saved is not None and saved[1].get("identity") == tf.identity
         if same and skip_committed and saved[1].get("chunks") is not None and saved[0] >= saved[1]["chunks"]:
@@ -137,6 +146,7 @@ def ingest_file(
     fmt = tf.format
     devices: dict[str, dict] = {}
     chunks = 0  # chunks the file gave so far (the ones skipped on resume included)
+    r = None
     try:
         for chunk, parsed in enumerate(parse_any(tf, tctx, max_bytes=max_bytes)):
             chunks = chunk + 1
@@ -153,12 +163,11 @@ def ingest_file(
             fmt = parsed.format
             devices.update(parsed.devices)
             quarantine.rows(tf.path, parsed.bad_rows)
-    except TraceFormatError as exc:
+    except Exception as exc:  # the file boundary: nothing one file raises stops the source
         out.complete = False
-        quarantine.file(tf.path)
-        fatal = out.kernels == 0 and out.iterations == 0 and first == 0
-        what = "nothing could be read" if fatal else f"kept the {out.kernels + out.iterations} event(s) before it"
-        ctx.problem(source, subject, "unreadable", f"{exc.message} ({what})", fatal=fatal, count=1)
+        if r is not None:
+            r.seal()  # what this chunk published stays; the chunk is not read again
+        file_failed(ctx, source, tf.path, exc, quarantine, kept=out.kernels + out.iterations, resumed=first > 0)
     if key is not None:  # the file is read (whole, or up to its damage): record how many chunks it has
         done = ctx.ledger.register(key, chunks, chunks, {**info, "chunks": chunks})
         done.seal()
@@ -184,6 +193,47 @@ def ingest_file(
         )
     )
     return out
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The reason a failed file is counted under, by what failed."""
+    if isinstance(exc, TraceFormatError):
+        return "unreadable"
+    if isinstance(exc, MemoryError):
+        return "out_of_memory"
+    if isinstance(exc, OSError):
+        return "io_error"
+    return "parser_error"
+
+
+def file_failed(
+    ctx: SourceContext,
+    source: str,
+    path: Path,
+    exc: BaseException,
+    quarantine: Quarantine,
+    *,
+    kept: int = 0,
+    resumed: bool = False,
+) -> str:
+    """Report a file that raised: copied to the quarantine, counted, named once in the log; returns the reason.
+
+    ``kept``: events published from it before the failure; ``resumed``: earlier runs published some.
+    The traceback goes to the debug log: the warning names the file and the exception only.
+    """
+    quarantine.file(path)
+    reason = failure_reason(exc)
+    if isinstance(exc, TraceFormatError):
+        detail = exc.message
+    else:
+        text = str(exc)
+        text = text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS] + "..."
+        detail = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    fatal = kept == 0 and not resumed
+    what = "nothing could be read" if fatal else f"kept the {kept} event(s) before it"
+    log.debug("%s: %s failed", source, path, exc_info=exc)
+    ctx.problem(source, os.fspath(path), reason, f"{detail} ({what})", fatal=fatal, count=1)
+    return reason
 
 
 def publish_parsed(ctx: SourceContext, source: str, subject: str, parsed: ParsedTrace, live: bool = False) -> None:

@@ -16,6 +16,12 @@ the cost is one ``stat`` per file):
   replaced under the same inode is read from the start, and one that shrank (truncated, rewritten)
   is read again from the start. A rotated file is a new inode: read from the start; the old one,
   if it is still there under another name, keeps its place.
+- One file is the failure boundary, tailed or whole: whatever reading it raises is caught
+  (``ingest.file_failed``), the file quarantined and committed as done (``quarantined`` in its
+  checkpoint: no restart reads it again unless it is rewritten), and the next file read.
+
+Only tailed files are live data (``aaco_source_lag_seconds``): a whole file is read once complete,
+however old, and its age says nothing about how far behind the agent is.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from aaco.agent.errors import TraceFormatError
 
 from .base import Source, SourceContext, SourceRecord
 from .formats import DEFAULT_MAX_BYTES, GZIP_MAGIC, identify
-from .ingest import Quarantine, ingest_file
+from .ingest import Quarantine, file_failed, ingest_file
 from .parsers import ITERATIONS_FIRST, TAILABLE, context_for, model_from_path
 from .rocprofv3_csv import Rocprofv3CsvDecoder, companions, load_companions
 from .trace_common import BadRow
@@ -77,12 +83,21 @@ class _File:
     companions_seen: tuple[tuple[str, int], ...] = ()
     skipping_line: bool = False  # inside a line longer than max_line_bytes
     records: int = 0
+    events: int = 0  # events published from it (tailed files)
 
 
 def head_digest(path: Path, n: int) -> str:
     """Digest of the first ``n`` bytes of a file."""
     with path.open("rb") as fh:
         return hashlib.blake2b(fh.read(n), digest_size=12).hexdigest()
+
+
+def _mtime(path: Path) -> int | None:
+    """A file's mtime, None if it is gone (a companion removed between listing and stat)."""
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
 
 
 class TraceDirSource(Source):
@@ -152,7 +167,10 @@ class TraceDirSource(Source):
             if ctx.stop.is_set():
                 return
             if not f.done and not f.unrecognised:
-                self._read(ctx, quarantine, f, now)
+                try:
+                    self._read(ctx, quarantine, f, now)
+                except Exception as exc:  # the file boundary: one file never stops the spool
+                    self._failed(ctx, quarantine, f, exc)
         for key in [k for k in self._files if k not in seen]:  # gone: stop tracking once committed
             f = self._files.pop(key)
             if ctx.ledger.pending(key) == 0:
@@ -172,7 +190,9 @@ class TraceDirSource(Source):
         if not same:  # another file under a reused inode
             ctx.ledger.reset(key, {})
             return f
-        if "chunks" in meta:  # a whole file: ingest_file resumes it by chunk, or skips it when complete
+        if meta.get("quarantined"):  # it failed in an earlier run: not read again
+            f.done = True
+        elif "chunks" in meta:  # a whole file: ingest_file resumes it by chunk, or skips it when complete
             f.done = offset >= meta["chunks"] and meta.get("identity") is not None
         else:  # a tailed file: byte offsets
             f.offset = offset
@@ -182,6 +202,18 @@ class TraceDirSource(Source):
         ctx.problem(self.name, os.fspath(f.path), why, f"{why}: reading it again from the start", fatal=False)
         ctx.ledger.reset(f.key, {})
         f.offset, f.header, f.decoder, f.done, f.format, f.skipping_line = 0, None, None, False, None, False
+        f.events = 0
+
+    def _failed(self, ctx: SourceContext, quarantine: Quarantine, f: _File, exc: Exception) -> None:
+        """A file raised while being read: quarantined, reported, and committed as done at its offset."""
+        resumed = f.offset > len(f.header or b"")  # an earlier run published part of it
+        reason = file_failed(ctx, self.name, f.path, exc, quarantine, kept=f.events, resumed=resumed)
+        f.done = True
+        try:
+            meta = self._meta(f)
+        except OSError:
+            return  # gone: nothing left to skip on the next run
+        ctx.ledger.register(f.key, f.offset, f.offset, {**meta, "quarantined": reason}).seal()
 
     def _meta(self, f: _File) -> dict[str, Any]:
         n = min(IDENTITY_BYTES, max(f.size, 0))
@@ -201,7 +233,8 @@ class TraceDirSource(Source):
                 return
             f.format = tf.format
         try:
-            gz = f.path.open("rb").read(2) == GZIP_MAGIC
+            with f.path.open("rb") as fh:
+                gz = fh.read(2) == GZIP_MAGIC
         except OSError:
             return
         if f.format in TAILABLE and not gz:
@@ -210,12 +243,7 @@ class TraceDirSource(Source):
             self._whole(ctx, quarantine, f)
 
     def _whole(self, ctx: SourceContext, quarantine: Quarantine, f: _File) -> None:
-        try:
-            tf = identify(f.path)
-        except TraceFormatError as exc:
-            ctx.problem(self.name, os.fspath(f.path), "unreadable", exc.message, fatal=True, count=1)
-            f.done = True
-            return
+        tf = identify(f.path)  # a TraceFormatError here (the file changed since) is a failed file
         tctx = context_for(tf, node=ctx.node, source=self.name, model=self.config.model)
         ingest_file(
             ctx,
@@ -225,7 +253,7 @@ class TraceDirSource(Source):
             quarantine,
             key=f.key,
             max_bytes=self.config.max_file_bytes,
-            live=True,
+            live=False,  # a complete file, perhaps days old: not live data, no lag
             meta=self._meta(f),
         )
         f.done = True
@@ -233,7 +261,7 @@ class TraceDirSource(Source):
     # -- tailing ------------------------------------------------------------------------------------
 
     def _decoder(self, ctx: SourceContext, f: _File) -> Rocprofv3CsvDecoder | None:
-        seen = tuple(sorted((k, p.stat().st_mtime_ns) for k, p in companions(f.path).items() if p.exists()))
+        seen = tuple(sorted((k, m) for k, p in companions(f.path).items() if (m := _mtime(p)) is not None))
         if f.decoder is not None and seen == f.companions_seen:
             return f.decoder
         tf = identify(f.path)
@@ -283,12 +311,7 @@ class TraceDirSource(Source):
                 )
             return  # the partial last line waits for its newline
         chunk = data[:cut]
-        try:
-            decoder = self._decoder(ctx, f)
-        except (TraceFormatError, ValueError, OSError) as exc:
-            ctx.problem(self.name, os.fspath(f.path), "unreadable", str(exc), fatal=True, count=1)
-            f.done = True
-            return
+        decoder = self._decoder(ctx, f)  # what it raises is a failed file (``_failed``)
         assert decoder is not None
         result = decoder.decode(chunk, start)
         r = ctx.ledger.register(f.key, start, start + cut, self._meta(f))
@@ -296,6 +319,7 @@ class TraceDirSource(Source):
             ctx.publish(self.name, "kernels", result.table, durable=True, live=True, range_=r)
         r.seal()
         f.offset = start + cut
+        f.events += result.table.num_rows
         if result.bad_rows:
             quarantine.rows(f.path, result.bad_rows)
         for reason, count in result.skipped.items():

@@ -51,6 +51,7 @@ from .pipeline.worker import Pipeline
 from .sources import REGISTRY
 from .sources.base import Journal, NullProgress, Problem, Progress, Source, SourceContext
 from .sources.capture import CaptureSource
+from .sources.supervise import Supervisor
 
 log = logging.getLogger("aaco.service")
 
@@ -66,13 +67,13 @@ class State(enum.Enum):
 
 @dataclass
 class _Running:
-    """A source with its thread and the configuration it was started from."""
+    """A source with its thread, its supervisor and the configuration it was started from."""
 
     source: Source
     config: Any
     ctx: SourceContext
     thread: threading.Thread
-    ended: threading.Event  # set as the thread ends (before it wakes the main thread)
+    supervisor: Supervisor  # its ``ended`` is set as the thread ends (before it wakes the main thread)
 
 
 def build_analyzers(config: AgentConfig) -> list[Analyzer]:
@@ -189,23 +190,9 @@ class AgentService:
             ledger=self.ledger,
             quarantine=(lake.path / "quarantine" / name) if lake.enabled else None,
         )
-
-        ended = threading.Event()
-
-        def run() -> None:
-            try:
-                source.run(ctx)
-            except AacoError as exc:
-                ctx.problem(name, exc.subject or name, "error", str(exc), fatal=True, count=1)
-            except Exception as exc:
-                log.exception("source %s failed", name)
-                ctx.problem(name, name, "crash", f"{type(exc).__name__}: {exc}", fatal=True, count=1)
-            finally:
-                ended.set()
-                self.wake.set()
-
-        thread = threading.Thread(target=run, name=f"aaco-source-{name}", daemon=True)
-        self._sources[name] = _Running(source, cfg, ctx, thread, ended)
+        supervisor = Supervisor(name, source, ctx, on_end=self.wake.set)
+        thread = threading.Thread(target=supervisor.run, name=f"aaco-source-{name}", daemon=True)
+        self._sources[name] = _Running(source, cfg, ctx, thread, supervisor)
         thread.start()
 
     def _stop_sources(self, names: list[str], deadline: float) -> None:
@@ -249,7 +236,7 @@ class AgentService:
     def sources_done(self) -> bool:
         """True when every source has ended (replays finished, fixed cycles run)."""
         with self._lock:
-            return all(r.ended.is_set() for r in self._sources.values())
+            return all(r.supervisor.ended.is_set() for r in self._sources.values())
 
     @property
     def problems(self) -> list[Problem]:
@@ -395,8 +382,14 @@ class AgentService:
 
     # -- health (served on /healthz and /readyz) ----------------------------------------------------
 
+    def sources_down(self) -> list[str]:
+        """The sources that crashed and are not running (waiting to restart, or given up), with why."""
+        with self._lock:
+            runs = list(self._sources.items())
+        return [f"source {name} {why}" for name, r in runs if (why := r.supervisor.down()) is not None]
+
     def live(self) -> tuple[bool, str]:
-        """Alive while the pipeline worker makes progress."""
+        """Alive while the pipeline worker makes progress and every source runs (or ended well)."""
         if self.state is State.NEW:
             return False, "not started"
         if self.state is State.STOPPED:
@@ -406,14 +399,20 @@ class AgentService:
             return False, "pipeline worker is not running"
         if stalled > self.config.pipeline.stall_timeout_s:
             return False, f"pipeline stalled for {stalled:.0f}s"
+        down = self.sources_down()
+        if down:
+            return False, "; ".join(down)
         return True, "ok"
 
     def ready(self) -> tuple[bool, str]:
-        """Ready once running and the pipeline has gone round at least once."""
+        """Ready once running, the pipeline has gone round at least once, and no source is down."""
         if self.state is not State.RUNNING:
             return False, self.state.value
         if self.pipeline.steps == 0:
             return False, "starting"
+        down = self.sources_down()
+        if down:
+            return False, "; ".join(down)
         return True, "ok"
 
 

@@ -85,6 +85,14 @@ SOURCE_FILES: Final = define(
     "Files (traces, profiles) a source finished reading.",
     ("source",),
 )
+SOURCE_RESTARTS: Final = define(
+    "aaco.agent.source.restarts",
+    "aaco_source_restarts",
+    "counter",
+    "{restart}",
+    "Times a source was restarted after an exception escaped it (with backoff, 1 s doubling to 60 s).",
+    ("source",),
+)
 STATS_SERIES_DROPPED: Final = define(
     "aaco.agent.stats.series_dropped",
     "aaco_stats_series_dropped",

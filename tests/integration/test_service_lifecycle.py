@@ -136,3 +136,37 @@ def test_run_until_stopped_returns_when_the_sources_end_and_wakes_on_signals(tmp
     threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGHUP)).start()
     run_until_stopped(svc, stop_when_sources_done=False, reload_config=reload_config, poll_s=60)
     assert reloads == [1] and svc.state is State.STOPPED
+
+
+def test_a_crashed_source_is_restarted_and_reported_down_until_then(tmp_path, monkeypatch):
+    from aaco.agent.pipeline.stats import SOURCE_RESTARTS
+    from aaco.agent.sources.trace_dir import TraceDirSource
+
+    real = TraceDirSource.poll
+    crashed: list[str] = []
+
+    def poll(self, ctx, quarantine):  # a bug outside any one file: the first pass raises
+        if not crashed:
+            crashed.append(self.name)
+            raise RuntimeError("listing bug")
+        return real(self, ctx, quarantine)
+
+    monkeypatch.setattr(TraceDirSource, "poll", poll)
+    spool = tmp_path / "spool"
+    svc, _ = service_for(tmp_path, [{"type": "trace_dir", "path": str(spool), "poll_interval_s": 0.05}])
+    svc.start()
+    try:
+        down = "source trace_dir crashed (RuntimeError: listing bug); restarting in 1s"
+        deadline = time.monotonic() + 30
+        while svc.live()[1] != down and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert svc.live() == (False, down)
+        assert svc.ready() in ((False, down), (False, "starting"))
+        while not (svc.live()[0] and svc.ready()[0]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (svc.live(), svc.ready()) == ((True, "ok"), (True, "ok"))
+        assert svc.stats.get(SOURCE_RESTARTS, source="trace_dir") == 1
+        assert not svc.sources_done()  # running again, following the spool
+        assert [p.reason for p in svc.problems] == ["crash"]
+    finally:
+        svc.shutdown()

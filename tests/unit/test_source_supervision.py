@@ -1,0 +1,243 @@
+"""A bad file never stops a source (the file boundary), and a crashed source is restarted with backoff."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from aaco.agent.errors import AacoError
+from aaco.agent.pipeline.bus import Bus
+from aaco.agent.pipeline.ledger import Ledger
+from aaco.agent.pipeline.stats import SOURCE_ERRORS, SOURCE_LAG, SOURCE_RESTARTS, Stats
+from aaco.agent.sources import ingest
+from aaco.agent.sources.base import Journal, Source, SourceContext
+from aaco.agent.sources.formats import identify
+from aaco.agent.sources.ingest import Quarantine, ingest_file
+from aaco.agent.sources.parsers import context_for
+from aaco.agent.sources.rocprofv3_csv import Rocprofv3CsvDecoder
+from aaco.agent.sources.supervise import Supervisor
+from aaco.agent.sources.trace_dir import TraceDirConfig, TraceDirSource
+
+A100 = "a100_alexnet_trace.json.gz"  # 79 kernels, 16 copies, 3 memsets: 98 rows
+MI250 = "mi250_minitoy_train_ROCm6_2_kineto.json.gz"  # 14 kernels, 2 copies: 16 rows
+
+
+def context(tmp_path: Path, ledger: Ledger | None = None) -> SourceContext:
+    stats = Stats()
+    return SourceContext(
+        "node-a",
+        stats,
+        Bus(stats),
+        Journal(stats),
+        ledger=ledger or Ledger(),
+        quarantine=tmp_path / "quarantine" / "spool",
+    )
+
+
+def drain(ctx: SourceContext) -> int:
+    """Kernel rows on the bus; each piece marked durable and folded into the ledger, as a lake commit does."""
+    rows = 0
+    while (item := ctx.bus.get(0)) is not None:
+        rows += item.batch.num_rows if item.kind == "kernels" else 0
+        ctx.ledger.apply(list(item.ranges))
+    ctx.ledger.apply([])
+    return rows
+
+
+def lag_reported(ctx: SourceContext) -> bool:
+    """Whether the source set ``aaco_source_lag_seconds`` at all (a value of 0 included)."""
+    return any(p.metric is SOURCE_LAG for p in ctx.stats.points())
+
+
+def poll_until_settled(src: TraceDirSource, ctx: SourceContext) -> None:
+    """Two passes: the first sees the files, the second (after settle_s) reads them."""
+    q = Quarantine(ctx.quarantine)
+    src.poll(ctx, q)
+    time.sleep(0.02)
+    src.poll(ctx, q)
+
+
+@pytest.fixture
+def failing_parser(monkeypatch):
+    """parse_any, except that files named bad* raise at once and half* raise after their first chunk."""
+    real = ingest.parse_any
+    calls: list[str] = []
+
+    def parse_any(tf, tctx, max_bytes):
+        calls.append(tf.path.name)
+        if tf.path.name.startswith("bad"):
+            raise OverflowError("Python int too large to convert to C long")
+        yield from real(tf, tctx, max_bytes=max_bytes)
+        if tf.path.name.startswith("half"):
+            raise KeyError("correlation")
+
+    monkeypatch.setattr(ingest, "parse_any", parse_any)
+    return calls
+
+
+def test_a_file_that_raises_is_quarantined_committed_and_the_spool_goes_on(tmp_path, samples, failing_parser, caplog):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    shutil.copy(samples / "kineto" / A100, spool / "bad_trace.json.gz")
+    shutil.copy(samples / "kineto" / MI250, spool / "half_trace.json.gz")
+    shutil.copy(samples / "kineto" / A100, spool / "good_trace.json.gz")
+    cfg = TraceDirConfig(path=spool, settle_s=0.001)
+    ctx = context(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="aaco.sources"):
+        poll_until_settled(TraceDirSource(cfg, "spool"), ctx)
+
+    assert drain(ctx) == 98 + 16  # the good file, and what the half file gave before it raised
+    assert ctx.stats.get(SOURCE_ERRORS, source="spool", reason="parser_error") == 2
+    assert not lag_reported(ctx)  # whole files (these are years old): no lag
+    assert sorted(p.name for p in ctx.quarantine.iterdir()) == ["bad_trace.json.gz", "half_trace.json.gz"]
+    named = [r.getMessage() for r in caplog.records if "bad_trace" in r.getMessage()]
+    assert len(named) == 1 and "OverflowError: Python int too large" in named[0]
+    assert "nothing could be read" in named[0]
+    half = next(p for p in ctx.journal.problems if "half_trace" in p.subject)
+    assert "KeyError" in half.message and "kept the" in half.message and not half.fatal
+    assert not any(r.exc_info for r in caplog.records)  # no traceback at warning level
+
+    # Restart from what the lake committed: nothing is read again, the failed files included.
+    restarted = context(tmp_path, Ledger())
+    restarted.ledger.load(ctx.ledger.snapshot())
+    failing_parser.clear()
+    poll_until_settled(TraceDirSource(cfg, "spool"), restarted)
+    assert failing_parser == []
+    assert drain(restarted) == 0
+    assert restarted.stats.total(SOURCE_ERRORS) == 0
+
+
+def test_a_tailed_file_that_raises_is_quarantined_and_not_tailed_again(tmp_path, samples, monkeypatch):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    shutil.copy(samples / "rocprofv3" / "kernel_trace.csv", spool / "77_kernel_trace.csv")
+    shutil.copy(samples / "rocprofv3" / "kernel_trace.csv", spool / "78_kernel_trace.csv")
+    real = Rocprofv3CsvDecoder.decode
+
+    def decode(self, data, start):
+        if "77_" in self.ctx.run_id:
+            raise MemoryError()
+        return real(self, data, start)
+
+    monkeypatch.setattr(Rocprofv3CsvDecoder, "decode", decode)
+    cfg = TraceDirConfig(path=spool, settle_s=0.001)
+    ctx = context(tmp_path)
+    poll_until_settled(TraceDirSource(cfg, "spool"), ctx)
+    assert drain(ctx) == 9  # the other file, whole
+    assert ctx.stats.get(SOURCE_ERRORS, source="spool", reason="out_of_memory") == 1
+    assert (ctx.quarantine / "77_kernel_trace.csv").is_file()
+    assert lag_reported(ctx)  # tailed lines are live data
+
+    restarted = context(tmp_path, Ledger())
+    restarted.ledger.load(ctx.ledger.snapshot())
+    poll_until_settled(TraceDirSource(cfg, "spool"), restarted)
+    assert drain(restarted) == 0
+    assert restarted.stats.total(SOURCE_ERRORS) == 0
+
+
+def test_ingest_file_catches_whatever_the_parser_raises(tmp_path, samples, failing_parser):
+    """The path replay and capture share: a failed file is reported and committed as read."""
+    path = tmp_path / "bad.json.gz"
+    shutil.copy(samples / "kineto" / MI250, path)
+    ctx = context(tmp_path)
+    tf = identify(path)
+    tctx = context_for(tf, node="n", source="replay")
+    result = ingest_file(ctx, "replay", tf, tctx, Quarantine(ctx.quarantine), key="file:x", max_bytes=1 << 30)
+    assert not result.complete and result.kernels == 0
+    assert ctx.stats.get(SOURCE_ERRORS, source="replay", reason="parser_error") == 1
+    assert [p.fatal for p in ctx.journal.problems] == [True]
+    drain(ctx)
+    again = ingest_file(ctx, "replay", tf, tctx, Quarantine(ctx.quarantine), key="file:x", max_bytes=1 << 30)
+    assert again.already and failing_parser == ["bad.json.gz"]
+
+
+# -- supervision ----------------------------------------------------------------------------------
+
+
+class Flaky(Source):
+    """Raises ``crashes`` times, then returns (finite) or runs until stopped."""
+
+    type = "flaky"
+
+    def __init__(self, crashes: int, finite: bool = False, error: Exception | None = None) -> None:
+        super().__init__("flaky")
+        self.crashes, self.finite, self.runs = crashes, finite, 0
+        self.error = error or RuntimeError("boom")
+
+    def run(self, ctx: SourceContext) -> None:
+        self.runs += 1
+        if self.runs <= self.crashes:
+            raise self.error
+        if not self.finite:
+            ctx.stop.wait()
+
+
+class RecordedStop(threading.Event):
+    """A stop event whose timed waits return at once, recording the backoff asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if timeout is None:
+            return super().wait()
+        self.waits.append(timeout)
+        return self.is_set()
+
+
+def supervised(src: Source, **kw) -> tuple[Supervisor, SourceContext]:
+    stats = Stats()
+    ctx = SourceContext("n", stats, Bus(stats), Journal(stats), stop=RecordedStop())
+    return Supervisor("flaky", src, ctx, **kw), ctx
+
+
+def test_a_crashing_source_is_restarted_with_capped_exponential_backoff(caplog):
+    src = Flaky(crashes=9, finite=True)
+    sup, ctx = supervised(src)
+    with caplog.at_level(logging.ERROR, logger="aaco.sources.supervise"):
+        sup.finite_restarts = 100
+        sup.run()
+    assert src.runs == 10 and sup.restarts == 9
+    assert ctx.stop.waits == [1, 2, 4, 8, 16, 32, 60, 60, 60]
+    assert ctx.stats.get(SOURCE_RESTARTS, source="flaky") == 9
+    assert ctx.stats.get(SOURCE_ERRORS, source="flaky", reason="crash") == 9
+    assert sup.down() is None and sup.ended.is_set()  # it ended normally in the end
+    traced = [r for r in caplog.records if r.exc_info]
+    assert len(traced) == 1  # the traceback once, each crash named
+    assert len(caplog.records) == 9
+
+
+def test_a_finite_source_that_ends_is_not_restarted_and_one_that_keeps_crashing_is_given_up():
+    ok = Flaky(crashes=0, finite=True)
+    sup, ctx = supervised(ok)
+    sup.run()
+    assert (ok.runs, sup.restarts, ctx.stop.waits, sup.down()) == (1, 0, [], None)
+
+    broken = Flaky(crashes=100, finite=True, error=AacoError("no such device", subject="/dev/x"))
+    sup, ctx = supervised(broken)
+    sup.run()
+    assert broken.runs == 4 and sup.restarts == 3
+    assert sup.down() == "failed after 4 crashes (/dev/x: no such device); not restarted"
+    assert ctx.stats.get(SOURCE_ERRORS, source="flaky", reason="error") == 4
+
+
+def test_a_source_down_is_reported_until_it_runs_again_and_stop_ends_the_wait():
+    src = Flaky(crashes=1)
+    stats = Stats()
+    ctx = SourceContext("n", stats, Bus(stats), Journal(stats))
+    sup = Supervisor("flaky", src, ctx, initial_s=3600)
+    thread = threading.Thread(target=sup.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while sup.down() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sup.down() == "crashed (RuntimeError: boom); restarting in 3600s"
+    ctx.stop.set()  # the agent stops during the backoff: the thread ends at once, without a restart
+    thread.join(10)
+    assert not thread.is_alive() and sup.ended.is_set() and sup.restarts == 0

@@ -4,9 +4,9 @@ A whole file is one ledger range [0, size) (``pipeline/ledger.py``): every chunk
 is published as a piece of it, so the lake commits the file's offset only once every row is stored,
 and a file already committed is skipped on the next run. Bad rows are counted by reason
 (``aaco_source_errors_total``), logged once per file and reason, and copied to the quarantine
-(``DIR/quarantine/<source>/``, bounded). A file that breaks part-way (truncated JSON, a damaged
-gzip stream) keeps the events read before the damage: its range is sealed as read, the file is
-quarantined, and the problem reported.
+(``DIR/quarantine/<source>/``, bounded): as lines where the parser gives them, else the whole
+file. A file that breaks part-way (truncated JSON, a damaged gzip stream) keeps the events read
+before the damage: its range is sealed as read, the file is quarantined, and the problem reported.
 
 The file is the failure boundary: whatever one file raises (``TraceFormatError``, or a parser bug:
 ``OverflowError``, ``KeyError``, ``MemoryError``, ...) is caught here (``file_failed``): the file is
@@ -147,6 +147,7 @@ def ingest_file(
     devices: dict[str, dict] = {}
     chunks = 0  # chunks the file gave so far (the ones skipped on resume included)
     r = None
+    shown = False  # the parser listed bad rows (their lines are in the quarantine)
     try:
         for chunk, parsed in enumerate(parse_any(tf, tctx, max_bytes=max_bytes)):
             chunks = chunk + 1
@@ -163,6 +164,7 @@ def ingest_file(
             fmt = parsed.format
             devices.update(parsed.devices)
             quarantine.rows(tf.path, parsed.bad_rows)
+            shown = shown or bool(parsed.bad_rows)
     except Exception as exc:  # the file boundary: nothing one file raises stops the source
         out.complete = False
         if r is not None:
@@ -171,10 +173,11 @@ def ingest_file(
     if key is not None:  # the file is read (whole, or up to its damage): record how many chunks it has
         done = ctx.ledger.register(key, chunks, chunks, {**info, "chunks": chunks})
         done.seal()
+    if out.complete and ("truncated_json" in skipped or (skipped and not shown)):
+        quarantine.file(tf.path)  # cut short, or bad events the parser cannot show as lines: keep the file
     for reason, count in skipped.items():
         if reason == "truncated_json":
             out.complete = False
-            quarantine.file(tf.path)
             ctx.problem(
                 source, subject, reason, "truncated JSON: kept the events before the cut", fatal=False, count=count
             )

@@ -156,6 +156,26 @@ def test_ingest_file_catches_whatever_the_parser_raises(tmp_path, samples, faili
     assert again.already and failing_parser == ["bad.json.gz"]
 
 
+def test_a_file_with_bad_events_the_parser_cannot_show_as_lines_is_kept_whole(tmp_path, samples, monkeypatch):
+    real = ingest.parse_any
+
+    def parse_any(tf, tctx, max_bytes):
+        for parsed in real(tf, tctx, max_bytes=max_bytes):
+            parsed.skipped["int_out_of_range"] += 1  # as a parser that left one event out says it
+            yield parsed
+
+    monkeypatch.setattr(ingest, "parse_any", parse_any)
+    path = tmp_path / "odd.json.gz"
+    shutil.copy(samples / "kineto" / MI250, path)
+    ctx = context(tmp_path)
+    tf = identify(path)
+    tctx = context_for(tf, node="n", source="replay")
+    result = ingest_file(ctx, "replay", tf, tctx, Quarantine(ctx.quarantine), key="file:y", max_bytes=1 << 30)
+    assert result.complete and result.kernels == 16
+    assert ctx.stats.get(SOURCE_ERRORS, source="replay", reason="int_out_of_range") == 1
+    assert (ctx.quarantine / "odd.json.gz").read_bytes() == path.read_bytes()
+
+
 # -- supervision ----------------------------------------------------------------------------------
 
 

@@ -4,70 +4,333 @@
   ``pid`` is the device and ``tid`` the stream; ``args.device`` / ``args.stream`` say it outright
   when present.
 - Launches: ``cuda_runtime`` / ``cuda_driver`` events (HIP calls on ROCm builds) with the same
-  ``args.correlation``: they give the kernel its host pid and tid and its launch interval.
+  ``args.correlation``: they give the kernel its host pid and tid and its launch interval. GPU work
+  with no launch in the file belongs to the trace's host process (``kineto_process``): Kineto
+  writes one trace per process.
 - Operators: ``cpu_op`` events share ``args["External id"]`` with the launches; the op's name
   becomes the kernel's ``op_name``.
 - Iterations: ``user_annotation`` events named ``ProfilerStep#N``.
-- Time: ``ts``/``dur`` are microseconds (floats on ROCm builds). With ``baseTimeNanoseconds``,
-  ``ts`` counts from it (Kineto writes ``(t - baseTime) / 1000``) and epoch ns = base + ts * 1000.
-  Without it, older Kineto wrote epoch microseconds, recognised by magnitude (after 2001); anything
-  smaller is anchored so the trace ends at the file's modification time. The method used is
-  recorded with the events.
+- The model: the host process's name when it names more than an interpreter (``kineto_process``),
+  on ``ParsedTrace.model``; the devices that ran work, as ``deviceProperties`` describes them, on
+  ``ParsedTrace.devices``.
+- Time: ``ts``/``dur`` are microseconds (floats on ROCm builds and in nanosecond-resolution traces;
+  ``displayTimeUnit`` is only a display hint of the Chrome trace format and changes no unit). With
+  ``baseTimeNanoseconds``, ``ts`` counts from it (Kineto writes ``(t - baseTime) / 1000``) and epoch
+  ns = base + ts * 1000. Without it, older Kineto wrote epoch microseconds, recognised by magnitude
+  (the median event end after 2001); anything smaller is anchored so the trace ends at the file's
+  modification time. A base that does not fit int64 or puts the median event outside 1990..2100 is
+  not used (counted ``int_out_of_range`` / ``time_out_of_range``) and the next rule applies. The
+  method used is recorded with the events. ``end - start`` is the duration as the trace states it;
+  the start is as exact as the loaded double allows (within 125 ns for epoch microseconds with a
+  nanosecond fraction, exact with a base or integer microseconds).
+
+Bad input is counted in ``skipped`` and left out, never raised (``kineto_values``): an event whose
+time is not a finite number (``bad_time``) or lands outside 1990..2100 (``time_out_of_range``), an
+id, pid, tid, device, stream or correlation beyond int64 (``int_out_of_range``), a kernel name that
+is not a string (``bad_name``) or longer than ``MAX_NAME_BYTES`` (``name_too_long``). Auxiliary
+values go alone: an op link, bytes or grid beyond int64 becomes null (``int_out_of_range``), an
+operator or launch name too long is dropped (``name_too_long``: the kernel keeps no ``op_name`` /
+``launch_name``), a launch whose time is out of range is not linked (``time_out_of_range``).
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from aaco.agent.pipeline.clock import ClockOffset, us_to_ns
+from aaco.agent.pipeline.clock import EPOCH_CEIL_NS, EPOCH_FLOOR_NS, ClockOffset
 from aaco.agent.pipeline.ids import span_id, trace_id
 
+from .kineto_process import ProcessInfo
+from .kineto_values import (
+    INT_OUT_OF_RANGE,
+    TIME_OUT_OF_RANGE,
+    IntOutOfRangeError,
+    name_ok,
+    name_reason,
+    need_int,
+    num,
+    opt_int,
+    span_ns,
+)
 from .parsed import ParsedTrace
+from .trace_common import LaunchTable
 
 GPU_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
+_ROLES = {
+    **{c: "gpu" for c in GPU_KINDS},
+    **{c: "launch" for c in LAUNCH_CATS},
+    "cpu_op": "op",
+    "user_annotation": "ann",
+}
 EPOCH_US_FLOOR = 1e15  # 2001-09-09 in microseconds: a ts above it is epoch-based
+_STEP_PREFIX = "ProfilerStep#"
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_INT_COLS = ("correlation_id", "bytes", "grid_x", "grid_y", "grid_z", "workgroup_x", "workgroup_y", "workgroup_z")
 
 
-def _num(v: Any) -> float | int | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int | float):
-        return v if math.isfinite(v) else None
-    if isinstance(v, str):
-        try:
-            return float(v) if any(c in v for c in ".eE") else int(v)
-        except ValueError:
-            return None
-    return None
+@dataclass
+class _Events:
+    """What one pass over ``traceEvents`` keeps, still in trace microseconds."""
+
+    gpu_ts: list[float] = field(default_factory=list)
+    gpu_dur: list[float] = field(default_factory=list)
+    gpu: dict[str, list[Any]] = field(
+        default_factory=lambda: {k: [] for k in ("name", "kind", "device", "stream", "ext", *_INT_COLS)}
+    )
+    launch: dict[str, list[Any]] = field(
+        default_factory=lambda: {k: [] for k in ("corr", "pid", "tid", "ts", "dur", "name")}
+    )
+    ops: dict[int, str] = field(default_factory=dict)
+    steps: list[tuple[int, float, float, int | None, int | None]] = field(default_factory=list)
+    ends: list[float] = field(default_factory=list)
+    launch_pids: set[int] = field(default_factory=set)
+    op_pids: set[int] = field(default_factory=set)
+    gpu_lanes: set[int] = field(default_factory=set)
+    procs: ProcessInfo = field(default_factory=ProcessInfo)
 
 
-def _int(v: Any) -> int | None:
-    n = _num(v)
-    return int(n) if n is not None else None
-
-
-def _dims(v: Any) -> tuple[int | None, int | None, int | None]:
+def _dims(v: Any, skipped: Counter[str]) -> tuple[int | None, int | None, int | None]:
     if isinstance(v, list) and len(v) == 3:
-        return (_int(v[0]), _int(v[1]), _int(v[2]))
+        return (opt_int(v[0], skipped), opt_int(v[1], skipped), opt_int(v[2], skipped))
     return (None, None, None)
 
 
-def kineto_clock(doc: dict[str, Any], max_end_us: float, file_mtime_ns: int) -> ClockOffset:
-    """How this trace's microseconds map to epoch ns."""
-    base = _int(doc.get("baseTimeNanoseconds"))
-    if base is not None and base > 0:
-        return ClockOffset(base, 500, "kineto-baseTimeNanoseconds")
-    if max_end_us > EPOCH_US_FLOOR:
+def _in_epoch(ns: int) -> bool:
+    return EPOCH_FLOOR_NS <= ns < EPOCH_CEIL_NS
+
+
+def kineto_clock(
+    doc: dict[str, Any], ends_us: np.ndarray, file_mtime_ns: int, skipped: Counter[str] | None = None
+) -> ClockOffset:
+    """How this trace's microseconds map to epoch ns, from its events' ends (see the module doc)."""
+    skipped = skipped if skipped is not None else Counter()
+    ends = np.asarray(ends_us, dtype=np.float64)
+    typical = float(np.median(ends)) if ends.size else 0.0
+    try:
+        base = need_int(doc.get("baseTimeNanoseconds"))
+    except IntOutOfRangeError:
+        skipped[INT_OUT_OF_RANGE] += 1
+        base = None
+    if base:
+        if _in_epoch(base + round(typical * 1000)):
+            return ClockOffset(base, 500, "kineto-baseTimeNanoseconds")
+        skipped[TIME_OUT_OF_RANGE] += 1
+    if typical > EPOCH_US_FLOOR:
         return ClockOffset(0, 500, "kineto-epoch-us")
-    return ClockOffset(file_mtime_ns - round(max_end_us * 1000), 10**9, "file-mtime")
+    relative = ends[ends <= EPOCH_US_FLOOR]  # a stray epoch-sized end must not move the anchor
+    last = float(relative.max()) if relative.size else 0.0
+    return ClockOffset(file_mtime_ns - round(last * 1000), 10**9, "file-mtime")
+
+
+def _collect(events: list[Any], skipped: Counter[str]) -> _Events:
+    """One pass over the events: GPU work, launches, operator names, steps, process metadata."""
+    out = _Events()
+    gpu, launch = out.gpu, out.launch
+    for ev in events:
+        if not isinstance(ev, dict):
+            skipped["not_an_event"] += 1
+            continue
+        ph = ev.get("ph")
+        if ph == "M":
+            out.procs.add(ev, skipped)
+            continue
+        role = _ROLES.get(ev.get("cat")) if ph == "X" else None  # type: ignore[arg-type]
+        if role is None:
+            continue
+        ts, dur = num(ev.get("ts")), num(ev.get("dur"))
+        if ts is None or dur is None or dur < 0:
+            skipped["bad_time"] += 1
+            continue
+        out.ends.append(ts + dur)
+        args = ev.get("args")
+        if not isinstance(args, dict):
+            args = {}
+        name = ev.get("name")
+        try:
+            if role == "gpu":
+                if not isinstance(name, str):
+                    skipped["bad_name"] += 1
+                    continue
+                if not name_ok(name):
+                    skipped[name_reason(name)] += 1
+                    continue
+                corr = need_int(args.get("correlation"))
+                lane, lane_tid = need_int(ev.get("pid")), need_int(ev.get("tid"))
+                device, stream = need_int(args.get("device")), need_int(args.get("stream"))
+                if lane is not None:
+                    out.gpu_lanes.add(lane)
+                gpu["name"].append(name)
+                gpu["kind"].append(GPU_KINDS[ev["cat"]])
+                gpu["device"].append(device if device is not None else lane)
+                gpu["stream"].append(stream if stream is not None else lane_tid)
+                gpu["correlation_id"].append(corr)
+                gpu["ext"].append(opt_int(args.get("External id"), skipped))
+                gpu["bytes"].append(opt_int(args.get("bytes"), skipped))
+                for prefix, value in (("grid", args.get("grid")), ("workgroup", args.get("block"))):
+                    for axis, v in zip("xyz", _dims(value, skipped), strict=True):
+                        gpu[f"{prefix}_{axis}"].append(v)
+                out.gpu_ts.append(ts)
+                out.gpu_dur.append(dur)
+            elif role == "launch":
+                pid = need_int(ev.get("pid"))
+                if pid is not None:
+                    out.launch_pids.add(pid)
+                corr, tid = need_int(args.get("correlation")), need_int(ev.get("tid"))
+                if corr is None:
+                    continue
+                if isinstance(name, str) and not name_ok(name):
+                    skipped[name_reason(name)] += 1
+                    name = None
+                row = (corr, pid, tid, ts, dur, name if isinstance(name, str) else None)
+                for key, value in zip(launch, row, strict=True):
+                    launch[key].append(value)
+            elif role == "op":
+                pid = need_int(ev.get("pid"))
+                if pid is not None:
+                    out.op_pids.add(pid)
+                ext = need_int(args.get("External id"))
+                if ext is not None and isinstance(name, str) and ext not in out.ops:
+                    if name_ok(name):
+                        out.ops[ext] = name
+                    else:
+                        skipped[name_reason(name)] += 1
+            elif isinstance(name, str) and name.startswith(_STEP_PREFIX):
+                if not name_ok(name):
+                    skipped[name_reason(name)] += 1
+                    continue
+                m = _STEP.match(name)
+                if m is None:
+                    continue
+                if len(m.group(1)) > 19:
+                    raise IntOutOfRangeError(m.group(1))
+                step = need_int(m.group(1))
+                out.steps.append((step or 0, ts, dur, need_int(ev.get("pid")), need_int(ev.get("tid"))))
+        except IntOutOfRangeError:
+            skipped[INT_OUT_OF_RANGE] += 1
+    return out
+
+
+def _launch_table(launch: dict[str, list[Any]], offset_ns: int, skipped: Counter[str]) -> LaunchTable:
+    """Launches in epoch ns, by correlation id (the last of a repeated id wins); out-of-range ones dropped."""
+    if not launch["corr"]:
+        return LaunchTable.empty()
+    start, end, ok = span_ns(np.array(launch["ts"]), np.array(launch["dur"]), offset_ns)
+    skipped[TIME_OUT_OF_RANGE] += int((~ok).sum())
+    names = sorted({n for n in launch["name"] if n is not None})
+    index = {n: i for i, n in enumerate(names)}
+    names.append("")  # the name of a launch without one (masked out below)
+    name_idx = np.array([index.get(n, len(names) - 1) for n in launch["name"]], dtype=np.int32)
+    pid = np.array([-1 if p is None else p for p in launch["pid"]], dtype=np.int64)
+    tid = np.array([-1 if t is None else t for t in launch["tid"]], dtype=np.int64)
+    corr = np.array(launch["corr"], dtype=np.int64)
+    return LaunchTable.build(corr[ok], start[ok], end[ok], pid[ok], tid[ok], name_idx[ok], names)
+
+
+def _kernels(ev: _Events, clock: ClockOffset, host: int | None, ctx: dict[str, str], skipped: Counter[str]) -> pa.Table:
+    """The kernels table: GPU work in epoch ns with its launch, op name and host pid, in start order."""
+    gpu = ev.gpu
+    n = len(ev.gpu_ts)
+    start, end, ok = span_ns(np.array(ev.gpu_ts), np.array(ev.gpu_dur), clock.offset_ns)
+    skipped[TIME_OUT_OF_RANGE] += int((~ok).sum())
+    lt = _launch_table(ev.launch, clock.offset_ns, skipped) if n else LaunchTable.empty()
+    corr = np.array([0 if c is None else c for c in gpu["correlation_id"]], dtype=np.int64)
+    hit, pos = lt.lookup(corr)
+    hit &= np.array([c is not None for c in gpu["correlation_id"]], dtype=bool)
+    if len(lt):
+        launch_pid, launch_tid = np.where(hit, lt.pid[pos], -1), np.where(hit, lt.tid[pos], -1)
+        launch_start, launch_end = np.where(hit, lt.start[pos], 0), np.where(hit, lt.end[pos], 0)
+        name_idx = np.where(hit, lt.name_idx[pos], len(lt.names) - 1)
+    else:
+        launch_pid = launch_tid = np.full(n, -1, np.int64)
+        launch_start = launch_end = np.zeros(n, np.int64)
+        name_idx = np.zeros(n, np.int32)
+    names = pa.array(lt.names or [""], pa.string())
+    pid = np.where(launch_pid >= 0, launch_pid, -1 if host is None else host)
+    table = pa.table(
+        {
+            "start_ns": pa.array(start, pa.int64()),
+            "end_ns": pa.array(end, pa.int64()),
+            "pid": pa.array(pid, pa.int64(), mask=pid < 0),
+            "tid": pa.array(launch_tid, pa.int64(), mask=launch_tid < 0),
+            "device": pa.array([None if d is None else str(d) for d in gpu["device"]], pa.string()),
+            "stream": pa.array(gpu["stream"], pa.int64()),
+            "name": pa.array(gpu["name"], pa.string()),
+            "kind": pa.array(gpu["kind"], pa.string()),
+            **{k: pa.array(gpu[k], pa.int64()) for k in _INT_COLS},
+            "launch_start_ns": pa.array(launch_start, pa.int64(), mask=~hit),
+            "launch_end_ns": pa.array(launch_end, pa.int64(), mask=~hit),
+            "launch_name": names.take(pa.array(name_idx, pa.int32(), mask=name_idx == len(names) - 1)),
+            "op_name": pa.array([None if e is None else ev.ops.get(e) for e in gpu["ext"]], pa.string()),
+            **{k: pa.repeat(pa.scalar(ctx[k]), n) for k in ("node", "source", "run_id")},
+        }
+    )
+    if not n:
+        return table
+    keep = np.flatnonzero(ok)
+    return table.take(pa.array(keep[np.argsort(start[keep], kind="stable")]))
+
+
+def _iterations(
+    ev: _Events, clock: ClockOffset, host: int | None, ctx: dict[str, str], skipped: Counter[str]
+) -> pa.Table:
+    """ProfilerStep#N ranges as iterations, in start order; out-of-range ones counted and left out."""
+    steps = sorted(ev.steps)
+    start, end, ok = span_ns(np.array([s[1] for s in steps]), np.array([s[2] for s in steps]), clock.offset_ns)
+    skipped[TIME_OUT_OF_RANGE] += int((~ok).sum())
+    kept = [(s, a, b) for s, a, b, good in zip(steps, start, end, ok, strict=True) if good]
+    m = len(kept)
+    labels = [f"{_STEP_PREFIX}{s[0]}" for s, _, _ in kept]
+    node, identity = ctx["node"], ctx["identity"]
+    return pa.table(
+        {
+            "start_ns": pa.array([a for _, a, _ in kept], pa.int64()),
+            "end_ns": pa.array([b for _, _, b in kept], pa.int64()),
+            "pid": pa.array([s[3] if s[3] is not None else host for s, _, _ in kept], pa.int64()),
+            "tid": pa.array([s[4] for s, _, _ in kept], pa.int64()),
+            "iteration": pa.array([s[0] for s, _, _ in kept], pa.int64()),
+            "name": pa.array(labels, pa.string()),
+            "trace_id": pa.array([trace_id(node, identity, label) for label in labels], pa.string()),
+            "span_id": pa.array([span_id(node, identity, label) for label in labels], pa.string()),
+            **{k: pa.array([ctx[k]] * m, pa.string()) for k in ("node", "model", "run_id", "source")},
+        }
+    )
+
+
+def kineto_devices(doc: dict[str, Any], used: set[str]) -> dict[str, dict[str, Any]]:
+    """What ``deviceProperties`` says about the devices in ``used`` (``ParsedTrace.devices``).
+
+    ``{"0": {"type": "GPU", "name": ..., "product_name": ..., "compute_capability": "8.0",
+    "total_memory_bytes": ...}}``: the product name as the runtime reported it (``NVIDIA A100-SXM4-80GB``;
+    ROCm builds of Kineto often write ``AMD Radeon Graphics``), so a baseline knows which GPU it ran on.
+    """
+    props = doc.get("deviceProperties")
+    out: dict[str, dict[str, Any]] = {}
+    if not isinstance(props, list):
+        return out
+    for p in props[:4096]:
+        if not isinstance(p, dict) or not isinstance(p.get("name"), str) or len(p["name"]) > 256:
+            continue
+        try:
+            dev, major, minor = need_int(p.get("id")), need_int(p.get("computeMajor")), need_int(p.get("computeMinor"))
+            memory = need_int(p.get("totalGlobalMem"))
+        except IntOutOfRangeError:
+            continue
+        if dev is None or str(dev) not in used or str(dev) in out:
+            continue
+        entry: dict[str, Any] = {"type": "GPU", "name": p["name"], "product_name": p["name"]}
+        if major is not None and minor is not None:
+            entry["compute_capability"] = f"{major}.{minor}"
+        if memory is not None:
+            entry["total_memory_bytes"] = memory
+        out[str(dev)] = entry
+    return out
 
 
 def parse_kineto(
@@ -80,135 +343,22 @@ def parse_kineto(
     file_mtime_ns: int,
     source: str = "kineto",
 ) -> ParsedTrace:
-    """Turn a loaded Kineto trace into kernels (with launches) and ProfilerStep iterations."""
+    """Turn a loaded Kineto trace into kernels (with launches) and ProfilerStep iterations (see the module doc).
+
+    ``ParsedTrace.model`` is the model the trace's process name gives, or None; ``model`` names the
+    iterations (the caller's choice, which may come from it).
+    """
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise ValueError("a Kineto trace is a JSON object with a traceEvents list")
     skipped: Counter[str] = Counter()
-    launches: dict[int, tuple[int | None, int | None, float, float, str]] = {}
-    ops: dict[int, str] = {}
-    gpu: list[tuple[dict[str, Any], float, float]] = []
-    steps: list[tuple[int, float, float, int | None, int | None]] = []
-    cpu_pids: set[int] = set()
-    max_end = 0.0
-    for ev in doc["traceEvents"]:
-        if not isinstance(ev, dict):
-            skipped["not_an_event"] += 1
-            continue
-        cat = ev.get("cat")
-        if ev.get("ph") != "X" or not isinstance(cat, str):
-            continue
-        if cat not in GPU_KINDS and cat not in LAUNCH_CATS and cat not in ("cpu_op", "user_annotation"):
-            continue
-        ts, dur = _num(ev.get("ts")), _num(ev.get("dur"))
-        if ts is None or dur is None or dur < 0:
-            skipped["bad_time"] += 1
-            continue
-        max_end = max(max_end, ts + dur)
-        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
-        name = ev.get("name")
-        if cat in GPU_KINDS:
-            if not isinstance(name, str):
-                skipped["bad_name"] += 1
-                continue
-            gpu.append((ev, ts, dur))
-        elif cat in LAUNCH_CATS:
-            corr = _int(args.get("correlation"))
-            if corr is not None:
-                launches[corr] = (_int(ev.get("pid")), _int(ev.get("tid")), ts, dur, str(name))
-                if (pid := _int(ev.get("pid"))) is not None:
-                    cpu_pids.add(pid)
-        elif cat == "cpu_op":
-            ext = _int(args.get("External id"))
-            if ext is not None and isinstance(name, str):
-                ops.setdefault(ext, name)
-        elif isinstance(name, str) and (m := _STEP.match(name)):
-            steps.append((int(m.group(1)), ts, dur, _int(ev.get("pid")), _int(ev.get("tid"))))
-
-    clock = kineto_clock(doc, max_end, file_mtime_ns)
-    default_pid = next(iter(cpu_pids)) if len(cpu_pids) == 1 else None
-
-    n = len(gpu)
-    ts_arr = np.array([g[1] for g in gpu]) if n else np.zeros(0, dtype=np.int64)
-    dur_arr = np.array([g[2] for g in gpu]) if n else np.zeros(0, dtype=np.int64)
-    start_ns = clock.offset_ns + us_to_ns(ts_arr)
-    end_ns = start_ns + us_to_ns(dur_arr) if n else start_ns  # the duration exactly as the trace states it
-    cols: dict[str, list[Any]] = {
-        k: []
-        for k in (
-            "pid",
-            "tid",
-            "device",
-            "stream",
-            "name",
-            "kind",
-            "correlation_id",
-            "launch_start_ns",
-            "launch_end_ns",
-            "launch_name",
-            "op_name",
-            "bytes",
-            "grid_x",
-            "grid_y",
-            "grid_z",
-            "workgroup_x",
-            "workgroup_y",
-            "workgroup_z",
-        )
-    }
-    for ev, _, _ in gpu:
-        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
-        corr = _int(args.get("correlation"))
-        launch = launches.get(corr) if corr is not None else None
-        device = _int(args.get("device"))
-        stream = _int(args.get("stream"))
-        cols["pid"].append(launch[0] if launch else default_pid)
-        cols["tid"].append(launch[1] if launch else None)
-        cols["device"].append(str(device if device is not None else _int(ev.get("pid"))))
-        cols["stream"].append(stream if stream is not None else _int(ev.get("tid")))
-        cols["name"].append(ev["name"])
-        cols["kind"].append(GPU_KINDS[ev["cat"]])
-        cols["correlation_id"].append(corr)
-        cols["launch_start_ns"].append(clock.offset_ns + round(launch[2] * 1000) if launch else None)
-        cols["launch_end_ns"].append(clock.offset_ns + round((launch[2] + launch[3]) * 1000) if launch else None)
-        cols["launch_name"].append(launch[4] if launch else None)
-        cols["op_name"].append(ops.get(_int(args.get("External id")) or -1))
-        cols["bytes"].append(_int(args.get("bytes")))
-        grid, block = _dims(args.get("grid")), _dims(args.get("block"))
-        for axis, g, b in zip("xyz", grid, block, strict=True):
-            cols[f"grid_{axis}"].append(g)
-            cols[f"workgroup_{axis}"].append(b)
-    strings = ("device", "name", "kind", "launch_name", "op_name")
-    kernels = pa.table(
-        {
-            "start_ns": pa.array(start_ns, type=pa.int64()),
-            "end_ns": pa.array(end_ns, type=pa.int64()),
-            **{k: pa.array(v, type=pa.string() if k in strings else pa.int64()) for k, v in cols.items()},
-            "node": pa.array([node] * n, type=pa.string()),
-            "source": pa.array([source] * n, type=pa.string()),
-            "run_id": pa.array([run_id] * n, type=pa.string()),
-        }
-    )
-    if n:
-        kernels = kernels.take(pa.array(np.argsort(start_ns, kind="stable")))
-
-    steps.sort()
-    m = len(steps)
-    st = np.array([s[1] for s in steps]) if m else np.zeros(0)
-    sd = np.array([s[2] for s in steps]) if m else np.zeros(0)
-    iterations = pa.table(
-        {
-            "start_ns": pa.array(clock.offset_ns + us_to_ns(st), type=pa.int64()),
-            "end_ns": pa.array(clock.offset_ns + us_to_ns(st) + us_to_ns(sd), type=pa.int64()),
-            "pid": pa.array([s[3] if s[3] is not None else default_pid for s in steps], type=pa.int64()),
-            "tid": pa.array([s[4] for s in steps], type=pa.int64()),
-            "iteration": pa.array([s[0] for s in steps], type=pa.int64()),
-            "name": pa.array([f"ProfilerStep#{s[0]}" for s in steps], type=pa.string()),
-            "trace_id": pa.array([trace_id(node, identity, f"ProfilerStep#{s[0]}") for s in steps], type=pa.string()),
-            "span_id": pa.array([span_id(node, identity, f"ProfilerStep#{s[0]}") for s in steps], type=pa.string()),
-            "node": pa.array([node] * m, type=pa.string()),
-            "model": pa.array([model] * m, type=pa.string()),
-            "run_id": pa.array([run_id] * m, type=pa.string()),
-            "source": pa.array([source] * m, type=pa.string()),
-        }
-    )
-    return ParsedTrace("kineto", kernels, iterations, clock, skipped, tuple(sorted(cpu_pids)))
+    ev = _collect(doc["traceEvents"], skipped)
+    clock = kineto_clock(doc, np.array(ev.ends), file_mtime_ns, skipped)
+    host = ev.procs.host_pid(ev.launch_pids | ev.op_pids, ev.gpu_lanes)
+    ctx = {"node": node, "identity": identity, "run_id": run_id, "model": model, "source": source}
+    kernels = _kernels(ev, clock, host, ctx, skipped)
+    iterations = _iterations(ev, clock, host, ctx, skipped)
+    pids = tuple(sorted(ev.launch_pids | ({host} if host is not None else set())))
+    devices = kineto_devices(doc, set(kernels.column("device").drop_null().unique().to_pylist()))
+    parsed = ParsedTrace("kineto", kernels, iterations, clock, +skipped, pids, devices=devices)
+    parsed.model = ev.procs.model_name(host, parsed.skipped)
+    return parsed

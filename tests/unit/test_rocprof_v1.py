@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 
 from aaco.agent.pipeline.clock import ClockOffset
 from aaco.agent.pipeline.schemas import conform
 from aaco.agent.sources.formats import identify
 from aaco.agent.sources.parsers import context_for, parse_any
+from aaco.agent.sources.trace_common import MAX_NAME_BYTES
 
 CLOCK = ClockOffset(1_000_000_000_000_000_000, 10, "test")
 
@@ -132,3 +136,160 @@ def test_truncated_results_json_keeps_events_before_the_cut(samples, tmp_path):
     k = kernels_of(parts)
     assert k["name"].to_pylist() == ["CopyHostToDevice", "CopyHostToDevice"]
     assert parts[0].skipped["truncated_json"] == 1
+
+
+def test_results_json_anchor_is_the_largest_raw_end(samples):
+    path = samples / "rocprof-v1/hip_trace_results.json"
+    doc = json.loads(path.read_text())
+    ends = [int(e["args"]["EndNs"]) for e in doc["traceEvents"] if e.get("ph") == "X"]
+    _, parts = parse(path)
+    assert parts[0].anchor_raw_ns == max(ends)
+    assert all(p.anchor_raw_ns is None for p in parts[1:])
+
+
+# --- bad values: counted and left out, never raised --------------------------------------------
+
+BEGIN = 773_902_396_463_126
+
+
+def mini_json(**changes) -> dict:
+    """A results.json of one HIP launch (flow 0) of one kernel on GPU0, one copy; ``changes`` edit it."""
+    calls = {"BeginNs": str(BEGIN - 20_000), "EndNs": str(BEGIN - 10_000), "pid": "9", "tid": "9"}
+    kernel = {"BeginNs": str(BEGIN), "EndNs": str(BEGIN + 5_000), "dev-id": "0", "queue-id": "0", "pid": "9"}
+    events = [
+        {"ph": "M", "pid": 2, "name": "process_name", "args": {"name": "CPU HIP API"}},
+        {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "COPY"}},
+        {"ph": "M", "pid": 6, "name": "process_name", "args": {"name": "GPU0"}},
+        {
+            "ph": "X",
+            "name": "hipMemcpy",
+            "pid": "2",
+            "tid": "9",
+            "ts": str((BEGIN - 40_000) // 1000),
+            "dur": "10",
+            "args": {**calls, "BeginNs": str(BEGIN - 40_000), "args": "( sizeBytes(64))"},
+        },
+        {
+            "ph": "X",
+            "name": "hipLaunchKernel",
+            "pid": "2",
+            "tid": "9",
+            "ts": str((BEGIN - 20_000) // 1000),
+            "dur": "10",
+            "args": calls,
+        },
+        {"ph": "X", "name": "gemm", "pid": "6", "tid": "1", "ts": str(BEGIN // 1000), "dur": "5", "args": kernel},
+        {
+            "ph": "X",
+            "name": "CopyHostToDevice",
+            "pid": "1",
+            "tid": "1",
+            "ts": str((BEGIN + 10_000) // 1000),
+            "dur": "1",
+            "args": {**kernel, "BeginNs": str(BEGIN + 10_000), "EndNs": str(BEGIN + 11_000)},
+        },
+        {"ph": "s", "id": 1, "pid": 2, "tid": 9, "ts": (BEGIN - 35_000) // 1000},
+        {"ph": "t", "id": 1, "pid": 1, "tid": 1, "ts": (BEGIN + 10_000) // 1000},
+        {"ph": "s", "id": 0, "pid": 2, "tid": 9, "ts": (BEGIN - 15_000) // 1000},
+        {"ph": "t", "id": 0, "pid": 6, "tid": 1, "ts": BEGIN // 1000},
+    ]
+    for where, value in changes.items():  # "event name|key" or "flow id|key"; "args.x" is args["x"]
+        name, key = where.split("|")
+        ev = next(e for e in events if e.get("name") == name or (str(e.get("id")) == name and e["ph"] == "s"))
+        (ev["args"] if key.startswith("args.") else ev)[key.removeprefix("args.")] = value
+    return {"traceEvents": events}
+
+
+def parse_doc(tmp_path, doc):
+    path = tmp_path / "results.json"
+    path.write_bytes(json.dumps(doc).encode())
+    _, parts = parse(path)
+    return parts, {r["name"]: r for r in kernels_of(parts).to_pylist()}
+
+
+def test_mini_results_json(tmp_path):
+    parts, k = parse_doc(tmp_path, mini_json())
+    assert k["gemm"]["launch_name"] == "hipLaunchKernel" and k["gemm"]["correlation_id"] == 0
+    assert k["CopyHostToDevice"]["bytes"] == 64 and k["CopyHostToDevice"]["correlation_id"] == 1
+    assert dict(parts[0].skipped) == {}
+    assert parts[0].anchor_raw_ns == BEGIN + 11_000
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({("gemm", "args.BeginNs"): str(2**70)}, "int_out_of_range"),
+        ({("gemm", "args.EndNs"): str(2**64)}, "int_out_of_range"),
+        ({("gemm", "args.dev-id"): str(2**63)}, "int_out_of_range"),
+        ({("gemm", "args.pid"): "-" + str(2**66)}, "int_out_of_range"),
+        ({("gemm", "args.stream-id"): 2.5e30}, "int_out_of_range"),
+        ({("gemm", "pid"): str(2**80)}, "int_out_of_range"),
+        ({("gemm", "args.EndNs"): str(BEGIN - 1)}, "bad_time"),
+        ({("gemm", "name"): "g" * (MAX_NAME_BYTES + 1)}, "name_too_long"),
+    ],
+)
+def test_results_json_bad_kernel_is_counted_and_the_rest_kept(tmp_path, change, reason):
+    parts, k = parse_doc(tmp_path, mini_json(**{"|".join(key): v for key, v in change.items()}))
+    assert set(k) == {"CopyHostToDevice"}
+    assert dict(parts[0].skipped) == {reason: 1}
+    assert k["CopyHostToDevice"]["launch_name"] == "hipMemcpy"
+
+
+def test_results_json_bad_auxiliary_values_leave_a_null(tmp_path):
+    parts, k = parse_doc(
+        tmp_path,
+        mini_json(
+            **{"hipMemcpy|args.args": f"( sizeBytes({2**70}))", "hipLaunchKernel|name": "h" * (MAX_NAME_BYTES + 1)}
+        ),
+    )
+    assert set(k) == {"gemm", "CopyHostToDevice"}
+    assert k["CopyHostToDevice"]["bytes"] is None and k["CopyHostToDevice"]["launch_name"] == "hipMemcpy"
+    assert k["gemm"]["launch_name"] is None and k["gemm"]["launch_start_ns"] == BEGIN - 20_000 + CLOCK.offset_ns
+    assert dict(parts[0].skipped) == {"int_out_of_range": 1, "name_too_long": 1}
+    # a flow id beyond int64 loses that link only
+    parts, k = parse_doc(tmp_path, mini_json(**{"0|id": 2**80}))
+    assert k["gemm"]["launch_name"] is None and k["CopyHostToDevice"]["launch_name"] == "hipMemcpy"
+    assert parts[0].skipped["int_out_of_range"] == 1
+
+
+def test_times_converted_outside_1990_2100_are_left_out(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_bytes(json.dumps(mini_json()).encode())
+    tf = identify(path)
+    parts = list(parse_any(tf, context_for(tf, node="n", source="s", clock=ClockOffset(7_000_000_000, 1, "t"))))
+    assert sum(p.kernels.num_rows for p in parts) == 0
+    assert dict(parts[0].skipped) == {"time_out_of_range": 2}
+    assert parts[0].anchor_raw_ns == BEGIN + 11_000  # still known: it anchors the file on another boot
+    conform("kernels", parts[0].kernels)
+
+
+def test_results_csv_values_beyond_int64(tmp_path):
+    header, *rows = list(csv.reader(io.StringIO(V1_CSV)))
+    col = {name: i for i, name in enumerate(header)}
+    for name, value in (("pid", str(2**70)), ("BeginNs", str(2**64)), ("EndNs", "x"), ("BeginNs", "")):
+        bad = list(rows[1])
+        bad[col[name]] = value
+        rows.append(bad)
+    sizes = list(rows[1])
+    sizes[col["grd"]], sizes[col["wgr"]] = str(2**63), "-" + str(2**65)  # sizes the kernel can do without
+    rows.append(sizes)
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows([header, *rows])
+    (tmp_path / "results.csv").write_text(out.getvalue())
+    _, parts = parse(tmp_path / "results.csv")
+    k = kernels_of(parts)
+    assert k.num_rows == 3
+    assert dict(parts[0].skipped) == {"int_out_of_range": 4, "bad_time": 1, "missing_value": 1}
+    reasons = sorted(b.reason for b in parts[0].bad_rows)
+    assert reasons == ["bad_time", "int_out_of_range", "int_out_of_range", "missing_value"]
+    assert k["grid_x"].to_pylist() == [65536, 16777216, None] and k["workgroup_x"].to_pylist() == [256, 1024, None]
+    assert parts[0].anchor_raw_ns == 4556288440476000
+
+
+def test_results_csv_out_of_epoch_range(tmp_path):
+    (tmp_path / "results.csv").write_text(V1_CSV)
+    tf = identify(tmp_path / "results.csv")
+    parts = list(parse_any(tf, context_for(tf, node="n", source="s", clock=ClockOffset(-(10**18), 1, "t"))))
+    assert sum(p.kernels.num_rows for p in parts) == 0
+    assert dict(parts[0].skipped) == {"time_out_of_range": 2}
+    conform("kernels", parts[0].kernels)

@@ -10,6 +10,16 @@
   ``InferenceSession.get_profiling_start_time_ns()`` gives in Unix-epoch ns. A profile replayed from
   a file has no such anchor: it is anchored so its last event ends at the file's modification time
   (ONNX Runtime writes the file when profiling ends), and the method is recorded as ``file-mtime``.
+
+Bad input is counted in ``skipped`` and left out, never raised (``kineto_values``): a time that is
+not a finite number or a negative duration (``bad_time``); an event ending more than
+``MAX_PROFILE_US`` after the profiling start (a profile is one session's, kept in memory until it
+ends: such a time is damage, and it never anchors the file) or landing outside 1990..2100 once
+converted (``time_out_of_range``); a pid, tid, device or stream beyond int64 (``int_out_of_range``);
+an event or kernel name that is not a string (``bad_name``) or longer than ``MAX_NAME_BYTES``
+(``name_too_long``). Values a kernel can do without become null instead: grid and block sizes
+beyond int64 (``int_out_of_range``), an ``op_name`` or ``parent_name`` too long (``name_too_long``;
+without its parent a GPU kernel has no launch).
 """
 
 from __future__ import annotations
@@ -21,45 +31,65 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from aaco.agent.pipeline.clock import ClockOffset
+from aaco.agent.pipeline.clock import EPOCH_CEIL_NS, EPOCH_FLOOR_NS, ClockOffset
 from aaco.agent.pipeline.ids import span_id, trace_id
 
+from .kineto_values import (
+    INT_OUT_OF_RANGE,
+    TIME_OUT_OF_RANGE,
+    IntOutOfRangeError,
+    name_ok,
+    name_reason,
+    need_int,
+    num,
+    opt_int,
+)
 from .parsed import ParsedTrace
 
 NS = 1000
 CPU_PROVIDER = "CPUExecutionProvider"
+MAX_PROFILE_US = 366 * 86_400 * 10**6  # a year of profiling: beyond it a time is damage
 
 
-def _num(v: Any) -> int | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float) and np.isfinite(v):
-        return round(v)
-    if isinstance(v, str):
-        try:
-            return round(float(v))
-        except ValueError:
-            return None
-    return None
+def _us(v: Any) -> int | None:
+    """A time or duration in whole microseconds (ONNX Runtime writes integers), or None."""
+    f = num(v)
+    return None if f is None else round(f)
 
 
-def _int_arg(args: dict[str, Any], *keys: str) -> int | None:
+def _int_arg(args: dict[str, Any], skipped: Counter[str] | None, *keys: str) -> int | None:
+    """The first of ``keys`` present in ``args``: needed (raises beyond int64) without ``skipped``."""
     for k in keys:
         if k in args:
-            return _num(args[k])
+            return need_int(args[k]) if skipped is None else opt_int(args[k], skipped)
     return None
+
+
+def _aux_name(v: Any, skipped: Counter[str]) -> str | None:
+    """An auxiliary name (op, parent node): None when not a string, or too long (counted)."""
+    if not isinstance(v, str):
+        return None
+    if not name_ok(v):
+        skipped[name_reason(v)] += 1
+        return None
+    return v
+
+
+def _in_epoch(ns: int) -> bool:
+    return EPOCH_FLOOR_NS <= ns < EPOCH_CEIL_NS
 
 
 def profile_extent_us(events: list[Any]) -> int:
-    """The end of the last event, in profile microseconds (for anchoring a replayed file)."""
+    """The end of the last event, in profile microseconds (for anchoring a replayed file).
+
+    Ends beyond ``MAX_PROFILE_US`` are not the profile's (the parser leaves those events out).
+    """
     end = 0
     for ev in events:
         if isinstance(ev, dict):
-            ts, dur = _num(ev.get("ts")), _num(ev.get("dur"))
-            if ts is not None:
-                end = max(end, ts + (dur or 0))
+            ts, dur = _us(ev.get("ts")), _us(ev.get("dur"))
+            if ts is not None and (e := ts + (dur if dur is not None and dur > 0 else 0)) <= MAX_PROFILE_US:
+                end = max(end, e)
     return end
 
 
@@ -81,6 +111,7 @@ def parse_ort_profile(
     if not isinstance(events, list):
         raise ValueError("an ONNX Runtime profile is a JSON list of events")
     skipped: Counter[str] = Counter()
+    off = clock.offset_ns
     runs: list[tuple[int, int, int, int]] = []  # ts, dur, pid, tid
     nodes: list[dict[str, Any]] = []
     kernels: list[dict[str, Any]] = []
@@ -91,16 +122,28 @@ def parse_ort_profile(
         cat = ev.get("cat")
         if cat not in ("Session", "Node", "Kernel"):
             continue
-        ts, dur = _num(ev.get("ts")), _num(ev.get("dur"))
+        ts, dur = _us(ev.get("ts")), _us(ev.get("dur"))
         if ts is None or dur is None or dur < 0:
             skipped["bad_time"] += 1
+            continue
+        if ts + dur > MAX_PROFILE_US or not (_in_epoch(off + ts * NS) and _in_epoch(off + (ts + dur) * NS)):
+            skipped[TIME_OUT_OF_RANGE] += 1
             continue
         name = ev.get("name")
         if not isinstance(name, str):
             skipped["bad_name"] += 1
             continue
+        if not name_ok(name):
+            skipped[name_reason(name)] += 1
+            continue
         args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
-        pid, tid = _num(ev.get("pid")), _num(ev.get("tid"))
+        try:
+            pid, tid = need_int(ev.get("pid")), need_int(ev.get("tid"))
+            device = _int_arg(args, None, "device", "device_id") if cat == "Kernel" else None
+            stream = _int_arg(args, None, "stream", "stream_id") if cat == "Kernel" else None
+        except IntOutOfRangeError:
+            skipped[INT_OUT_OF_RANGE] += 1
+            continue
         if cat == "Session":
             if name == "model_run":
                 runs.append((ts, dur, pid if pid is not None else -1, tid if tid is not None else -1))
@@ -113,12 +156,26 @@ def parse_ort_profile(
                         "pid": pid,
                         "tid": tid,
                         "node": name[: -len("_kernel_time")],
-                        "op": args.get("op_name"),
+                        "op": _aux_name(args.get("op_name"), skipped),
                         "provider": args.get("provider"),
                     }
                 )
         else:
-            kernels.append({"ts": ts, "dur": dur, "pid": pid, "tid": tid, "name": name, "args": args})
+            kernels.append(
+                {
+                    "ts": ts,
+                    "dur": dur,
+                    "pid": pid,
+                    "tid": tid,
+                    "name": name,
+                    "device": device,
+                    "stream": stream,
+                    "op": _aux_name(args.get("op_name"), skipped),
+                    "parent": _aux_name(args.get("parent_name"), skipped),
+                    "grid": tuple(_int_arg(args, skipped, f"grid_{a}") for a in "xyz"),
+                    "block": tuple(_int_arg(args, skipped, f"block_{a}") for a in "xyz"),
+                }
+            )
 
     runs.sort()
     kept_runs = runs[skip_runs:]
@@ -126,7 +183,6 @@ def parse_ort_profile(
     if skip_runs and not kept_runs:
         # Every run was warmup (a cycle stopped before its timed runs): nothing of it is published.
         nodes, kernels = [], []
-    off = clock.offset_ns
 
     it_rows = {k: [] for k in ("start_ns", "end_ns", "pid", "tid", "iteration", "trace_id", "span_id")}
     for i, (ts, dur, pid, tid) in enumerate(kept_runs):
@@ -239,29 +295,27 @@ def parse_ort_profile(
     for k in sorted(kernels, key=lambda e: e["ts"]):
         if first_ts is not None and k["ts"] < first_ts:
             continue
-        args = k["args"]
-        parent = args.get("parent_name")
+        parent = k["parent"]
         launch = None
-        if isinstance(parent, str) and parent in launches:
+        if parent is not None and parent in launches:
             # the latest launch of this node that started before the kernel: its own run's launch
             i = bisect.bisect_right(launch_ts[parent], k["ts"]) - 1
             if i >= 0:
                 nd = launches[parent][i]
                 launch = (nd["ts"], nd["ts"] + nd["dur"])
-        device = _int_arg(args, "device", "device_id")
         add(
             k["ts"],
             k["dur"],
             k["pid"],
             k["tid"],
-            str(device) if device is not None else "0",
-            _int_arg(args, "stream", "stream_id"),
+            str(k["device"]) if k["device"] is not None else "0",
+            k["stream"],
             k["name"],
-            args.get("op_name"),
+            k["op"],
             parent,
             launch,
-            (_int_arg(args, "grid_x"), _int_arg(args, "grid_y"), _int_arg(args, "grid_z")),
-            (_int_arg(args, "block_x"), _int_arg(args, "block_y"), _int_arg(args, "block_z")),
+            k["grid"],
+            k["block"],
         )
     n = len(rows["start_ns"])
     order = np.argsort(np.asarray(rows["start_ns"], dtype=np.int64), kind="stable") if n else np.arange(0)
@@ -279,5 +333,5 @@ def parse_ort_profile(
             "correlation_id": pa.nulls(n, type=pa.int64()),
         }
     ).take(pa.array(order))
-    pids = tuple(sorted({r[2] for r in kept_runs}))
+    pids = tuple(sorted({r[2] for r in kept_runs if r[2] >= 0}))
     return ParsedTrace("ort_profile", table, iterations, clock, skipped, pids)

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
+
+import orjson
 import pytest
 
 from aaco.agent.pipeline.clock import ClockOffset
 from aaco.agent.pipeline.ids import span_id, trace_id
 from aaco.agent.pipeline.schemas import conform
-from aaco.agent.sources.ort_profile import parse_ort_profile, profile_extent_us
+from aaco.agent.sources.formats import identify
+from aaco.agent.sources.ort_profile import MAX_PROFILE_US, parse_ort_profile, profile_extent_us
+from aaco.agent.sources.parsers import context_for, parse_any
+from aaco.agent.sources.trace_common import MAX_NAME_BYTES
 
 OFF = 1_700_000_000_000_000_000
 CLOCK = ClockOffset(OFF, 1000, "ort-profiling-start")
@@ -257,3 +263,67 @@ def test_profile_extent_us():
     assert profile_extent_us(cpu_profile()) == 360
     assert profile_extent_us([]) == 0
     assert profile_extent_us(["x", {"ts": 5}, {"ts": "7", "dur": 3}]) == 10
+
+
+# --- bad values: counted and left out, never raised --------------------------------------------
+
+
+def loaded(events):
+    """``events`` as orjson loads them (integers beyond 64 bits arrive as floats)."""
+    return orjson.loads(json.dumps(events))
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"pid": 2**70}, "int_out_of_range"),
+        ({"tid": 2**63}, "int_out_of_range"),
+        ({"args": {"parent_name": "conv", "device": 2**64}}, "int_out_of_range"),
+        ({"args": {"parent_name": "conv", "stream_id": -(2**65)}}, "int_out_of_range"),
+        ({"ts": 1e24}, "time_out_of_range"),
+        ({"ts": 2**64}, "time_out_of_range"),
+        ({"dur": MAX_PROFILE_US}, "time_out_of_range"),
+        ({"ts": "NaN"}, "bad_time"),
+        ({"name": "k" * (MAX_NAME_BYTES + 1)}, "name_too_long"),
+    ],
+)
+def test_a_bad_kernel_is_counted_and_the_rest_kept(change, reason):
+    events = gpu_profile()
+    events[6].update(change)  # the sgemm kernel
+    p = parse(loaded(events), skip_runs=1)
+    assert dict(p.skipped) == {reason: 1}
+    assert {r["name"] for r in p.kernels.to_pylist()} == {"Shape", "MemcpyHostToDevice", "orphan"}
+    conform("kernels", p.kernels)
+
+
+def test_auxiliary_values_beyond_range_leave_a_null():
+    events = gpu_profile()
+    events[6]["args"].update(grid_x=str(2**70), block_z=2**64, op_name="o" * (MAX_NAME_BYTES + 1))
+    events[7]["args"]["parent_name"] = "p" * (MAX_NAME_BYTES + 1)
+    p = parse(loaded(events), skip_runs=1)
+    k = {r["name"]: r for r in p.kernels.to_pylist()}
+    assert dict(p.skipped) == {"int_out_of_range": 2, "name_too_long": 2}
+    assert (k["sgemm"]["grid_x"], k["sgemm"]["grid_y"], k["sgemm"]["workgroup_z"]) == (None, 2, None)
+    assert k["sgemm"]["op_name"] is None and k["sgemm"]["launch_start_ns"] == OFF + 210_000
+    assert k["MemcpyHostToDevice"]["graph_node"] is None
+
+
+def test_an_absurd_time_neither_anchors_the_file_nor_lands():
+    events = [*cpu_profile(), {"cat": "Node", "name": "z_kernel_time", "pid": PID, "ts": 1e24, "dur": 1}]
+    events = loaded(events)
+    assert profile_extent_us(events) == 360
+    p = parse(events, clock=ClockOffset(-(10**15), 1, "t"))  # every time converts before 1990
+    assert p.kernels.num_rows == 0 and p.iterations.num_rows == 0
+    assert dict(p.skipped) == {"time_out_of_range": 13, "bad_time": 3, "not_an_event": 1}
+    assert p.pids == ()
+
+
+def test_profile_with_a_correlation_beyond_64_bits_through_parse_any(tmp_path):
+    events = [*cpu_profile()[2:11], {"cat": "Session", "name": "model_run", "ts": 2**80, "dur": 1, "pid": 2**80}]
+    path = tmp_path / "onnxruntime_profile_x.json"
+    path.write_text(json.dumps(events))
+    tf = identify(path)
+    parts = list(parse_any(tf, context_for(tf, node="n", source="s")))
+    assert parts[0].skipped == {"time_out_of_range": 1}
+    assert parts[0].iterations.num_rows == 3 and sum(p.kernels.num_rows for p in parts) == 5
+    assert parts[0].iterations.column("end_ns")[2].as_py() == tf.mtime_ns

@@ -14,6 +14,14 @@ value that is not a number, invalid UTF-8), so only then the slow path runs:
 
 Rows that parse but are wrong (a check of the caller, e.g. end before start) are removed with
 ``CsvChunk.reject``; the row-to-line map needed to report them is only built when that happens.
+
+Integers beyond int64: the columns a caller names ``widen`` start as ``int64`` (the fast path)
+and are widened when a value does not fit, before any slow path: to ``uint64`` for a value in
+[2^63, 2^64) (rocprofiler-sdk's ids and handles), to ``decimal128(38, 0)`` for a negative value
+in a ``uint64`` column or a value of up to 38 digits beyond that. pyarrow names the failing column
+and value, so each widening costs one failed parse, once per reader (a widened type stays for
+later chunks). ``rocprofv3_u64.arrow_u64`` turns any of the three into 64-bit patterns; a value
+longer than 38 digits makes its row a bad row counted ``int_out_of_range``.
 """
 
 from __future__ import annotations
@@ -32,10 +40,16 @@ from .trace_common import BadRow
 
 _ARROW_REASONS = (
     (re.compile(r"Expected \d+ columns?, got \d+"), "column_count"),
+    (re.compile(r"invalid value '[-+]?\d+'|Error converting '[-+]?\d+' to decimal"), "int_out_of_range"),
     (re.compile(r"invalid UTF8"), "bad_encoding"),
     (re.compile(r"conversion error"), "bad_value"),
 )
 SMALL_SEGMENT = 1  # a run of this many lines that still fails is reported line by line
+U64 = pa.uint64()
+WIDE = pa.decimal128(38, 0)
+_INT_FAILURE = re.compile(
+    r"In CSV column #(\d+): CSV conversion error to (int64|uint64): invalid value '([-+]?\d{1,38})'"
+)
 
 
 def arrow_reason(exc: Exception) -> str:
@@ -122,19 +136,37 @@ class CsvRowReader:
         *,
         row_prefixes: tuple[bytes, ...] = (),
         header_line: bytes = b"",
+        widen: tuple[str, ...] = (),
     ) -> None:
         self.names = names
-        self.types = types
+        self.types = dict(types)
         self.row_prefixes = row_prefixes
         self.header_line = header_line.rstrip(b"\r\n")
+        self.widen = frozenset(c for c in widen if c in types)
         self._read_opts = pacsv.ReadOptions(column_names=names, block_size=1 << 22)
         self._parse_opts = pacsv.ParseOptions(newlines_in_values=False)
+        self._convert()
+
+    def _convert(self) -> None:
         self._convert_opts = pacsv.ConvertOptions(
-            column_types=types,
-            include_columns=list(types),
+            column_types=self.types,
+            include_columns=list(self.types),
             strings_can_be_null=False,
             quoted_strings_can_be_null=False,
         )
+
+    def _widened(self, exc: Exception) -> bool:
+        """Widen the column an integer did not fit (see the module doc); False if that is not the failure."""
+        m = _INT_FAILURE.search(str(exc))
+        if m is None:
+            return False
+        idx, typ, value = int(m.group(1)), m.group(2), int(m.group(3))
+        name = self.names[idx] if idx < len(self.names) else None
+        if name not in self.widen:
+            return False
+        self.types[name] = U64 if typ == "int64" and 0 <= value <= 0xFFFFFFFFFFFFFFFF else WIDE
+        self._convert()
+        return True
 
     def empty(self) -> pa.Table:
         """A table with the typed columns and no rows."""
@@ -152,10 +184,13 @@ class CsvRowReader:
         """Decode ``data`` (complete lines, no partial last line) found at ``base_offset`` in the file."""
         if not data.strip(b"\r\n"):
             return CsvChunk(self.empty())
-        try:
-            table = self._parse(data)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            return self._read_slow(data, base_offset)
+        while True:
+            try:
+                table = self._parse(data)
+                break
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                if not self._widened(exc):  # at most two widenings per column in a reader's life
+                    return self._read_slow(data, base_offset)
         lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)  # one pass at memory speed
         if table.num_rows != lines and table.num_rows != count_rows(data):  # (empty lines) or joined lines
             return self._read_slow(data, base_offset)
@@ -182,8 +217,16 @@ class CsvRowReader:
                 skipped["not_a_row"] += 1
                 continue
             candidates.append(i)
-        pieces: list[tuple[pa.Table, list[int]]] = []
-        self._bisect(lines, offsets, candidates, pieces, bad, skipped)
+        while True:  # again after a widening, so that every piece has the final types (bounded: see _widened)
+            types = dict(self.types)
+            pieces: list[tuple[pa.Table, list[int]]] = []
+            found: list[BadRow] = []
+            counts: Counter[str] = Counter()
+            self._bisect(lines, offsets, candidates, pieces, found, counts)
+            if types == self.types:
+                break
+        bad += found
+        skipped += counts
         if pieces:
             table = pa.concat_tables([p[0] for p in pieces]) if len(pieces) > 1 else pieces[0][0]
             row_idx = [i for p in pieces for i in p[1]]
@@ -214,6 +257,9 @@ class CsvRowReader:
                 table = self._parse(b"\n".join(lines[i] for i in part) + b"\n")
                 reason = None if table.num_rows == len(part) else "line_break_in_row"
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                if self._widened(exc):
+                    stack.append(part)
+                    continue
                 reason = arrow_reason(exc)
             if reason is None:
                 done.append((part[0], table, part))

@@ -19,12 +19,28 @@ Common to both: ``rocpd_event`` (``correlation_id``, ``category_id`` -> ``rocpd_
 category starts with ``HIP_`` are their launches (joined by correlation id); ``MARKER_CORE_API`` /
 ``MARKER_CORE_RANGE_API`` regions with ``end > start`` are iterations. Rows are fetched and
 yielded in chunks of ``CHUNK_ROWS``. Timestamps are CLOCK_BOOTTIME ns (``TraceContext.clock``).
+
+Numbers in full (``rocprofv3_u64``): rocprofiler-sdk's ids and timestamps are unsigned 64-bit,
+and SQLite holds signed 64-bit integers. A value at or above 2^63 reaches the database as the
+int64 of the same bits (bound as an integer), as REAL (an integer literal past int64, which the
+writer's SQL text produces: SQLite keeps its nearest double, so ids that close are already one
+id in the file) or as TEXT: each is read back as the unsigned value it stands for (``rocpd_rows.sql_int``).
+Joins (correlation id -> launch) and maps (agent id -> device) use the unsigned value; the
+``int64`` columns of ``kernels`` (``correlation_id``, ``queue_id``, ``stream``, ...) hold a value
+at or above 2^63 as the int64 with the same 64 bits. A row whose needed value does not fit 64 bits
+is counted ``int_out_of_range``; one whose times convert outside 1990..2100 ``time_out_of_range``
+(``bad_time``: negative, or end before start). Columns nothing reads are never fetched.
+
+The first chunk carries ``model``, from the first ``rocpd_info_process.command`` (see
+``trace_common.model_from_command``), and ``anchor_raw_ns``, the largest ``fini`` (else ``end``)
+of ``rocpd_info_process``, when the database has them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gzip
+import json
 import shutil
 import sqlite3
 import tempfile
@@ -35,11 +51,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .formats import GZIP_MAGIC
 from .parsed import ParsedTrace
-from .rocprofv3_csv import MARKER_RANGE_DOMAINS, MAX_TIME_NS
+from .rocpd_rows import rows_table, small, sql_id, sql_int, sql_u64
+from .rocprofv3_csv import MARKER_RANGE_DOMAINS
+from .rocprofv3_u64 import OUT_OF_RANGE, TimeWindow, int64_column, signed, u64_array
 from .trace_common import (
     CHUNK_ROWS,
     MAX_NAME_BYTES,
@@ -50,7 +67,7 @@ from .trace_common import (
     empty_iterations,
     empty_kernels,
     iterations_table,
-    stamp_kernels,
+    model_from_command,
 )
 
 FORMAT = "rocpd"
@@ -100,10 +117,54 @@ def _agents(con: sqlite3.Connection) -> AgentMap:
         "SELECT id, type, absolute_index, logical_index, type_index, name, product_name FROM rocpd_info_agent"
     ):
         aid, kind, absolute, logical, type_index, name, product = row
+        aid = sql_u64(aid)
+        if aid is None or aid is OUT_OF_RANGE:
+            continue
         agents.append(
-            Agent(absolute, logical, str(kind or "UNK").upper(), type_index, name or None, product or None, aid)
+            Agent(
+                small(absolute),
+                small(logical),
+                str(kind or "UNK").upper(),
+                small(type_index),
+                name or None,
+                product or None,
+                aid,
+            )
         )
     return AgentMap(AgentMap.with_type_indexes(agents))
+
+
+def _process_info(con: sqlite3.Connection) -> tuple[str | None, int | None]:
+    """(model, anchor_raw_ns) from ``rocpd_info_process`` (``command``, ``fini``, ``end``), when present."""
+    cols = _columns(con, "rocpd_info_process")
+    pick = [c for c in ("command", "fini", "end") if c in cols]
+    if not pick:
+        return None, None
+    model: str | None = None
+    finis: list[int] = []
+    ends: list[int] = []
+    sql = "SELECT " + ", ".join(f'"{c}"' for c in pick) + " FROM rocpd_info_process ORDER BY id LIMIT 4096"
+    for row in con.execute(sql):
+        v = dict(zip(pick, row, strict=True))
+        if model is None and isinstance(v.get("command"), str):
+            model = model_from_command(_argv(v["command"]))
+        for key, out in (("fini", finis), ("end", ends)):
+            x = small(v.get(key))
+            if x:
+                out.append(x)
+    return model, max(finis) if finis else (max(ends) if ends else None)
+
+
+def _argv(command: str) -> list[str] | str:
+    """A command as the writer stored it: a JSON list of words, or one string."""
+    text = command[:65536]
+    if text.lstrip().startswith("["):
+        try:
+            words = json.loads(text)
+        except ValueError:
+            return text
+        return [w for w in words if isinstance(w, str)] if isinstance(words, list) else text
+    return text
 
 
 def _regions(con: sqlite3.Connection, where: str) -> Iterator[tuple[Any, ...]]:
@@ -125,42 +186,55 @@ def _regions(con: sqlite3.Connection, where: str) -> Iterator[tuple[Any, ...]]:
         yield from rows
 
 
-def _launches(con: sqlite3.Connection) -> LaunchTable:
+def _launches(con: sqlite3.Connection, window: TimeWindow, skipped: Counter[str]) -> LaunchTable:
     corr, start, end, pid, tid, name_idx = [], [], [], [], [], []
     names: dict[str, int] = {}
-    for s, e, p, t, c, name, _msg, _cat in _regions(con, "C.string LIKE 'HIP\\_%' ESCAPE '\\'"):
+    for raw_s, raw_e, p, t, raw_c, name, _msg, _cat in _regions(con, "C.string LIKE 'HIP\\_%' ESCAPE '\\'"):
+        c, s, e = sql_u64(raw_c), sql_int(raw_s), sql_int(raw_e)
         if c is None or s is None or e is None:
+            continue
+        reason = "int_out_of_range" if c is OUT_OF_RANGE else window.reason(s, e)
+        if reason is not None:
+            skipped[reason] += 1
             continue
         corr.append(c)
         start.append(s)
         end.append(e)
-        pid.append(p if p is not None else -1)
-        tid.append(t if t is not None else -1)
+        pid.append(sql_id(p))
+        tid.append(sql_id(t))
         name_idx.append(names.setdefault(name or "hip_api", len(names)))
     if not corr:
         return LaunchTable.empty()
-
-    def arr(v: list[int]) -> np.ndarray:
-        return np.array(v, dtype=np.int64)
-
     return LaunchTable.build(
-        arr(corr), arr(start), arr(end), arr(pid), arr(tid), np.array(name_idx, np.int32), list(names)
+        u64_array(corr)[0],
+        np.array(start, np.int64),
+        np.array(end, np.int64),
+        int64_column(pid),
+        int64_column(tid),
+        np.array(name_idx, np.int32),
+        list(names),
     )
 
 
-def _iterations(con: sqlite3.Connection, ctx: TraceContext) -> pa.Table:
+def _iterations(con: sqlite3.Connection, ctx: TraceContext, skipped: Counter[str]) -> pa.Table:
     cats = ", ".join(f"'{c}'" for c in MARKER_RANGE_DOMAINS)
+    window = TimeWindow(ctx.clock.offset_ns)
     starts, ends, pids, tids, names, keys = [], [], [], [], [], []
-    for s, e, p, t, c, name, msg, _cat in _regions(con, f"C.string IN ({cats})"):
-        if s is None or e is None or e <= s:
+    for raw_s, raw_e, p, t, c, name, msg, _cat in _regions(con, f"C.string IN ({cats})"):
+        s, e = sql_int(raw_s), sql_int(raw_e)
+        if s is None or e is None or s is OUT_OF_RANGE or e is OUT_OF_RANGE or e <= s:
+            continue
+        if window.reason(s, e) is not None:
+            skipped["time_out_of_range"] += 1
             continue
         starts.append(s + ctx.clock.offset_ns)
         ends.append(e + ctx.clock.offset_ns)
-        pids.append(p)
-        tids.append(t)
+        pid, tid = sql_id(p), sql_id(t)
+        pids.append(None if pid is None else signed(pid))
+        tids.append(None if tid is None else signed(tid))
         label = msg if isinstance(msg, str) and msg else (name or "roctx")
         names.append(str(label)[:MAX_NAME_BYTES])
-        keys.append(f"roctx:{c}:{s}")
+        keys.append(f"roctx:{sql_id(c)}:{s}")
     if not starts:
         return empty_iterations(ctx)
     return iterations_table(
@@ -172,26 +246,6 @@ def _iterations(con: sqlite3.Connection, ctx: TraceContext) -> pa.Table:
         names=names,
         keys=keys,
     )
-
-
-_KERNEL_FIELDS = (
-    "start",
-    "end",
-    "pid",
-    "tid",
-    "agent",
-    "queue",
-    "stream",
-    "corr",
-    "name",
-    "grid_x",
-    "grid_y",
-    "grid_z",
-    "workgroup_x",
-    "workgroup_y",
-    "workgroup_z",
-)
-_COPY_FIELDS = ("start", "end", "pid", "tid", "src", "dst", "queue", "stream", "corr", "name", "bytes")
 
 
 def _kernel_sql(con: sqlite3.Connection) -> str | None:
@@ -222,70 +276,6 @@ def _copy_sql(con: sqlite3.Connection) -> str | None:
         "LEFT JOIN rocpd_event E ON E.id = M.event_id AND E.guid = M.guid "
         f"{lay.joins} ORDER BY M.id"
     )
-
-
-def _ints(values: tuple[Any, ...]) -> pa.Array:
-    return pa.array([v if isinstance(v, int) and not isinstance(v, bool) else None for v in values], pa.int64())
-
-
-def _table(
-    rows: list[tuple[Any, ...]],
-    kind: str,
-    ctx: TraceContext,
-    agents: AgentMap,
-    launches: LaunchTable,
-    skipped: Counter[str],
-) -> pa.Table | None:
-    fields = _KERNEL_FIELDS if kind == "kernel" else _COPY_FIELDS
-    good = []
-    for r in rows:
-        s, e = r[0], r[1]
-        if not isinstance(s, int) or not isinstance(e, int):
-            skipped["missing_value"] += 1
-        elif s < 0 or e < s or e > MAX_TIME_NS:
-            skipped["bad_time"] += 1
-        elif isinstance(r[fields.index("name")], str) and len(r[fields.index("name")]) > MAX_NAME_BYTES:
-            skipped["name_too_long"] += 1
-        else:
-            good.append(r)
-    if not good:
-        return None
-    col = dict(zip(fields, zip(*good, strict=True), strict=True))
-    n = len(good)
-    off = ctx.clock.offset_ns
-    start = np.array(col["start"], np.int64)
-    end = np.array(col["end"], np.int64)
-    corr = _ints(col["corr"])
-    out: dict[str, Any] = {
-        "start_ns": pa.array(start + off, pa.int64()),
-        "end_ns": pa.array(end + off, pa.int64()),
-        "pid": _ints(col["pid"]),
-        "tid": _ints(col["tid"]),
-        "queue_id": _ints(col["queue"]),
-        "stream": _ints(col["stream"]),
-        "correlation_id": corr,
-        "name": pa.array([v if isinstance(v, str) else None for v in col["name"]], pa.string()),
-    }
-    if kind == "kernel":
-        handles = np.array([a if isinstance(a, int) else -1 for a in col["agent"]], np.int64)
-        for k in ("grid_x", "grid_y", "grid_z", "workgroup_x", "workgroup_y", "workgroup_z"):
-            out[k] = _ints(col[k])
-    else:
-        names = [v if isinstance(v, str) else "" for v in col["name"]]
-        to_host = np.array(["DEVICE_TO_HOST" in v for v in names], dtype=bool)
-        src = np.array([a if isinstance(a, int) else -1 for a in col["src"]], np.int64)
-        dst = np.array([a if isinstance(a, int) else -1 for a in col["dst"]], np.int64)
-        handles = np.where(to_host, src, dst)
-        out["bytes"] = _ints(col["bytes"])
-    out["device"] = agents.map_handles(handles)
-    if len(launches):
-        launch = launches.columns(np.asarray(pc.fill_null(corr, -1).to_numpy(), dtype=np.int64), off)
-        out["launch_start_ns"] = launch["launch_start_ns"]
-        out["launch_end_ns"] = launch["launch_end_ns"]
-        out["launch_name"] = launch["launch_name"]
-        out["pid"] = pc.coalesce(out["pid"], launch["launch_pid"])
-        out["tid"] = pc.coalesce(launch["launch_tid"], out["tid"])
-    return stamp_kernels(out, n, ctx, kind)
 
 
 @contextlib.contextmanager
@@ -324,12 +314,14 @@ def parse_rocpd(path: Path, ctx: TraceContext, max_bytes: int = 1 << 40) -> Iter
         except sqlite3.DatabaseError as exc:
             raise ValueError(f"not a readable SQLite database: {exc}") from exc
         agents = _agents(con)
+        skipped: Counter[str] = Counter()
         try:
-            launches = _launches(con)
-            iterations = _iterations(con, ctx)
+            launches = _launches(con, TimeWindow(ctx.clock.offset_ns), skipped)
+            iterations = _iterations(con, ctx, skipped)
+            model, anchor = _process_info(con)
             pids = tuple(
                 sorted(
-                    {r[0] for r in con.execute("SELECT pid FROM rocpd_info_process") if isinstance(r[0], int)}
+                    {p for r in con.execute("SELECT pid FROM rocpd_info_process") if (p := small(r[0])) is not None}
                     if _columns(con, "rocpd_info_process")
                     else set()
                 )
@@ -337,7 +329,6 @@ def parse_rocpd(path: Path, ctx: TraceContext, max_bytes: int = 1 << 40) -> Iter
         except sqlite3.DatabaseError as exc:
             raise ValueError(f"not a rocpd database of a known schema: {exc}") from exc
         first = True
-        skipped: Counter[str] = Counter()
         for kind, sql in (("kernel", _kernel_sql(con)), ("memcpy", _copy_sql(con))):
             if sql is None:
                 continue
@@ -355,13 +346,18 @@ def parse_rocpd(path: Path, ctx: TraceContext, max_bytes: int = 1 << 40) -> Iter
                     break
                 if not rows:
                     break
-                table = _table(rows, kind, ctx, agents, launches, skipped)
+                table = rows_table(rows, kind, ctx, agents, launches, skipped)
                 if table is None:
                     continue
                 its = iterations if first else iterations.slice(0, 0)
-                first = False
-                yield ParsedTrace(FORMAT, table, its, ctx.clock, Counter(skipped), pids, dict(agents.used))
+                part = ParsedTrace(FORMAT, table, its, ctx.clock, Counter(skipped), pids, dict(agents.used))
+                if first:
+                    part.model, part.anchor_raw_ns, first = model, anchor, False
+                yield part
                 skipped.clear()
         if first or skipped:
             its = iterations if first else iterations.slice(0, 0)
-            yield ParsedTrace(FORMAT, empty_kernels(ctx), its, ctx.clock, Counter(skipped), pids, dict(agents.used))
+            part = ParsedTrace(FORMAT, empty_kernels(ctx), its, ctx.clock, Counter(skipped), pids, dict(agents.used))
+            if first:
+                part.model, part.anchor_raw_ns = model, anchor
+            yield part

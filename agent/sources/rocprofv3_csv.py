@@ -38,17 +38,28 @@ with the same prefix is parsed. So a spool directory replayed or tailed file by 
 event once. Timestamps are CLOCK_BOOTTIME ns, converted with ``TraceContext.clock``.
 
 ``Rocprofv3CsvDecoder`` decodes chunks of complete lines (the tail reader's unit) with
-``csv_rows.CsvRowReader``: vectorised, bad rows reported with their byte offset.
+``csv_rows.CsvRowReader``: vectorised, bad rows reported with their byte offset. Constants and the
+header parser are in ``rocprofv3_csv_layout``, API traces and agents in ``rocprofv3_csv_api``.
+
+Numbers in full (``rocprofv3_u64``): the integer columns are read as ``int64`` and widened to
+``uint64`` (or ``decimal128``) only in a reader that meets a value past int64 (``csv_rows``), so
+the usual file keeps pyarrow's fastest path. Ids, handles and timestamps are unsigned 64-bit:
+correlation ids join their launches as ``uint64``; the ``int64`` columns of ``kernels``
+(``correlation_id``, ``queue_id``, ``stream``, ``tid``, sizes) hold a value at or above 2^63 as
+the int64 with the same 64 bits. A row whose needed integer does not fit 64 bits is counted
+``int_out_of_range``; one whose times convert outside 1990..2100 ``time_out_of_range``
+(``bad_time``: negative, or end before start). Columns no row needs (``Kernel_Id``,
+``Dispatch_Id``, register counts) are never converted. The CSVs carry no command line:
+``model`` stays None; ``anchor_raw_ns`` (first chunk) is the largest raw end among the last
+complete lines of an uncompressed file (one read of its last ``TAIL_BYTES``), None for gzip.
 """
 
 from __future__ import annotations
 
-import csv
-import re
 import zlib
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,204 +68,79 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .csv_rows import CsvRowReader
-from .formats import _open
+from .formats import GZIP_MAGIC, _open
 from .parsed import ParsedTrace
+from .rocprofv3_csv_api import (
+    ApiTrace,
+    CsvCompanions,
+    api_iterations,
+    load_companions,
+    read_agent_info,
+    read_api_trace,
+    reject_in_order,
+    time_checks,
+)
+from .rocprofv3_csv_layout import (
+    DICT,
+    FORMAT_AGENTS,
+    FORMAT_API,
+    FORMAT_KERNEL,
+    FORMAT_MEMCPY,
+    FORMATS,
+    I64,
+    INT_COLUMNS,
+    LAUNCH_DOMAIN_PREFIX,
+    MARKER_RANGE_DOMAINS,
+    MAX_TIME_NS,
+    REQUIRED,
+    SUFFIXES,
+    column_types,
+    companions,
+    parse_header,
+    read_bytes,
+    sniff_csv,
+)
+from .rocprofv3_u64 import TimeWindow, U64Column
 from .trace_common import (
     MAX_NAME_BYTES,
-    Agent,
     AgentMap,
     BadRow,
     LaunchTable,
     TraceContext,
     chunks,
     empty_kernels,
-    iterations_table,
     stamp_kernels,
 )
 
-FORMAT_KERNEL = "rocprofv3_kernel_csv"
-FORMAT_MEMCPY = "rocprofv3_memcpy_csv"
-FORMAT_API = "rocprofv3_api_csv"
-FORMAT_AGENTS = "rocprofv3_agent_info_csv"
-FORMATS = (FORMAT_KERNEL, FORMAT_MEMCPY, FORMAT_API, FORMAT_AGENTS)
+__all__ = [
+    "DICT",
+    "FORMATS",
+    "FORMAT_AGENTS",
+    "FORMAT_API",
+    "FORMAT_KERNEL",
+    "FORMAT_MEMCPY",
+    "LAUNCH_DOMAIN_PREFIX",
+    "MARKER_RANGE_DOMAINS",
+    "MAX_TIME_NS",
+    "REQUIRED",
+    "SUFFIXES",
+    "ApiTrace",
+    "CsvCompanions",
+    "DecodeResult",
+    "Rocprofv3CsvDecoder",
+    "api_iterations",
+    "companions",
+    "load_companions",
+    "parse_csv_file",
+    "parse_header",
+    "read_agent_info",
+    "read_api_trace",
+    "sniff_csv",
+]
 
-_TIMES = ("Correlation_Id", "Start_Timestamp", "End_Timestamp")
-REQUIRED = {
-    FORMAT_KERNEL: ("Kind", "Agent_Id", "Queue_Id", "Kernel_Name", *_TIMES),
-    FORMAT_MEMCPY: ("Kind", "Direction", "Source_Agent_Id", "Destination_Agent_Id", *_TIMES),
-    FORMAT_API: ("Domain", "Function", "Process_Id", "Thread_Id", *_TIMES),
-    FORMAT_AGENTS: ("Node_Id", "Logical_Node_Id", "Agent_Type"),
-}
-# Companion file names: <prefix><suffix>[.gz]
-SUFFIXES = {
-    "kernel_trace.csv": FORMAT_KERNEL,
-    "memory_copy_trace.csv": FORMAT_MEMCPY,
-    "hip_api_trace.csv": FORMAT_API,
-    "marker_api_trace.csv": FORMAT_API,
-    "agent_info.csv": FORMAT_AGENTS,
-}
-MARKER_RANGE_DOMAINS = ("MARKER_CORE_API", "MARKER_CORE_RANGE_API")
-LAUNCH_DOMAIN_PREFIX = "HIP_"
-MAX_TIME_NS = 1 << 62  # BOOTTIME ns beyond this is damage (146 years of uptime)
 READ_BLOCK = 8 << 20  # bytes of complete lines decoded at a time by parse_csv_file
+TAIL_BYTES = 64 << 10  # read from the end of an uncompressed trace for its anchor
 MAX_LINE_BYTES = 64 << 20  # a "line" this long without a newline is handed on as one bad row
-
-I64 = pa.int64()
-DICT = pa.dictionary(pa.int32(), pa.string())
-_INT_COLUMNS = (
-    "Queue_Id",
-    "Stream_Id",
-    "Thread_Id",
-    "Process_Id",
-    "Dispatch_Id",
-    "Kernel_Id",
-    "Correlation_Id",
-    "Start_Timestamp",
-    "End_Timestamp",
-    "Workgroup_Size_X",
-    "Workgroup_Size_Y",
-    "Workgroup_Size_Z",
-    "Grid_Size_X",
-    "Grid_Size_Y",
-    "Grid_Size_Z",
-    "Size",
-)
-_DICT_COLUMNS = ("Kind", "Agent_Id", "Direction", "Source_Agent_Id", "Destination_Agent_Id", "Domain", "Function")
-
-
-def parse_header(head: bytes) -> list[str] | None:
-    """The column names of a CSV whose content starts with ``head`` (None if the first line is not text)."""
-    first = head.split(b"\n", 1)[0].rstrip(b"\r")
-    if not first or b"\x00" in first:
-        return None
-    try:
-        text = first.decode("utf-8").lstrip("\ufeff")
-    except UnicodeDecodeError:
-        return None
-    try:
-        cols = next(csv.reader([text]))
-    except (csv.Error, StopIteration):
-        return None
-    return [c.strip() for c in cols]
-
-
-def sniff_csv(head: bytes) -> str | None:
-    """Which rocprofv3 CSV this is, from its header (None if none)."""
-    names = parse_header(head)
-    if not names:
-        return None
-    have = set(names)
-    for fmt in (FORMAT_KERNEL, FORMAT_MEMCPY, FORMAT_API, FORMAT_AGENTS):
-        if all(c in have for c in REQUIRED[fmt]):
-            return fmt
-    return None
-
-
-def companions(path: Path) -> dict[str, Path]:
-    """Files beside ``path`` from the same rocprofv3 run: suffix (e.g. ``hip_api_trace.csv``) -> path."""
-    name = path.name.removesuffix(".gz")
-    prefix = None
-    for suffix in SUFFIXES:
-        if name.endswith(suffix):
-            prefix = name[: -len(suffix)]
-            break
-    if prefix is None:
-        return {}
-    out: dict[str, Path] = {}
-    for suffix in SUFFIXES:
-        for cand in (path.parent / f"{prefix}{suffix}", path.parent / f"{prefix}{suffix}.gz"):
-            if cand.is_file():
-                out[suffix] = cand
-                break
-    return out
-
-
-def _read_bytes(path: Path, max_bytes: int) -> bytes:
-    with _open(path) as fh:
-        return fh.read(max_bytes)
-
-
-def _to_np(col: pa.ChunkedArray | pa.Array, fill: int = -1) -> np.ndarray:
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()
-    return np.asarray(pc.fill_null(col, fill).to_numpy(zero_copy_only=False), dtype=np.int64)
-
-
-# --- companions ----------------------------------------------------------------------------------
-
-
-def read_agent_info(data: bytes) -> AgentMap:
-    """Agents of an ``agent_info.csv`` (unreadable rows are left out: the map is a convenience)."""
-    text = data.decode("utf-8", "replace").lstrip("\ufeff")
-    agents: list[Agent] = []
-    for row in csv.DictReader(text.splitlines()):
-        try:
-            node = int(row["Node_Id"])
-            logical = int(row["Logical_Node_Id"])
-        except (KeyError, TypeError, ValueError):
-            continue
-        kind = (row.get("Agent_Type") or "UNK").strip().upper()
-        agents.append(Agent(node, logical, kind, None, row.get("Name") or None, row.get("Product_Name") or None, node))
-    return AgentMap(AgentMap.with_type_indexes(agents))
-
-
-@dataclass
-class ApiTrace:
-    """An API trace CSV (HIP, HSA, marker, ...): launches, rocTX ranges, the processes seen."""
-
-    launches: LaunchTable
-    ranges: pa.Table  # Function, Process_Id, Thread_Id, Correlation_Id, Start_Timestamp, End_Timestamp
-    pids: tuple[int, ...]
-    skipped: Counter[str] = field(default_factory=Counter)
-    bad_rows: list[BadRow] = field(default_factory=list)
-
-
-def read_api_trace(data: bytes, base_offset: int = 0) -> ApiTrace:
-    """Decode a whole API trace CSV (header included)."""
-    names = parse_header(data) or []
-    if not all(c in names for c in REQUIRED[FORMAT_API]):
-        raise ValueError("not a rocprofv3 API trace (expected Domain, Function, Process_Id, ... columns)")
-    header, _, body = data.partition(b"\n")
-    types = {c: (DICT if c in _DICT_COLUMNS else I64) for c in REQUIRED[FORMAT_API]}
-    reader = CsvRowReader(names, types, header_line=header)
-    chunk = reader.read(body, base_offset + len(header) + 1)
-    t = chunk.table
-    start, end = _to_np(t["Start_Timestamp"]), _to_np(t["End_Timestamp"])
-    chunk.reject((start < 0) | (end < start) | (end > MAX_TIME_NS), "bad_time")
-    t = chunk.table
-    domain = t["Domain"].combine_chunks()
-    domain_s = domain.cast(pa.string()) if pa.types.is_dictionary(domain.type) else domain
-    is_launch = np.asarray(pc.starts_with(domain_s, LAUNCH_DOMAIN_PREFIX).to_numpy(zero_copy_only=False), dtype=bool)
-    is_marker = np.asarray(pc.is_in(domain_s, pa.array(MARKER_RANGE_DOMAINS)).to_numpy(zero_copy_only=False), bool)
-    start, end = _to_np(t["Start_Timestamp"]), _to_np(t["End_Timestamp"])
-    corr = _to_np(t["Correlation_Id"])
-    func = pc.dictionary_encode(t["Function"].combine_chunks().cast(pa.string()))
-    launch_rows = np.flatnonzero(is_launch & (corr >= 0))
-    launches = LaunchTable.build(
-        corr[launch_rows],
-        start[launch_rows],
-        end[launch_rows],
-        _to_np(t["Process_Id"])[launch_rows],
-        _to_np(t["Thread_Id"])[launch_rows],
-        np.asarray(func.indices.to_numpy(zero_copy_only=False), dtype=np.int32)[launch_rows],
-        func.dictionary.to_pylist(),
-    )
-    ranges = t.filter(pa.array(is_marker & (end > start)))
-    pids = tuple(sorted({int(p) for p in _to_np(t["Process_Id"]) if p >= 0}))
-    return ApiTrace(launches, ranges, pids, chunk.skipped, chunk.bad_rows)
-
-
-def api_iterations(api: ApiTrace, ctx: TraceContext) -> pa.Table:
-    """The rocTX ranges of an API trace, as iterations."""
-    r = api.ranges
-    name = r["Function"].combine_chunks().cast(pa.string()).to_pylist()
-    pid = [p if p is not None and p >= 0 else None for p in r["Process_Id"].to_pylist()]
-    tid = [t if t is not None and t >= 0 else None for t in r["Thread_Id"].to_pylist()]
-    corr = r["Correlation_Id"].to_pylist()
-    start = _to_np(r["Start_Timestamp"]) + ctx.clock.offset_ns
-    end = _to_np(r["End_Timestamp"]) + ctx.clock.offset_ns
-    keys: list[object] = [f"roctx:{c}:{s}" for c, s in zip(corr, start.tolist(), strict=True)]
-    return iterations_table(ctx, start_ns=start, end_ns=end, pid=pid, tid=tid, names=name, keys=keys)
 
 
 # --- the incremental decoder ---------------------------------------------------------------------
@@ -295,20 +181,17 @@ class Rocprofv3CsvDecoder:
         self.format = fmt
         self.names = names
         self.ctx = ctx
+        self.window = TimeWindow(ctx.clock.offset_ns)
         self.agents = agents or AgentMap()
         self.launches = launches if launches is not None else LaunchTable.empty()
-        types: dict[str, pa.DataType] = {}
-        for c in names:
-            if c in _INT_COLUMNS:
-                types[c] = I64
-            elif c in _DICT_COLUMNS:
-                types[c] = DICT
-            elif c == "Kernel_Name":
-                types[c] = pa.string()
+        types = column_types(names)
+        self._ints = tuple(c for c in types if c in INT_COLUMNS)
         first = header.split(b"\n", 1)[0]
         kind_token = b"KERNEL_DISPATCH" if fmt == FORMAT_KERNEL else b"MEMORY_COPY"
         self._kind = kind_token.decode()
-        self.reader = CsvRowReader(names, types, row_prefixes=(b'"' + kind_token + b'"', kind_token), header_line=first)
+        self.reader = CsvRowReader(
+            names, types, row_prefixes=(b'"' + kind_token + b'"', kind_token), header_line=first, widen=self._ints
+        )
 
     @property
     def devices(self) -> dict[str, dict[str, Any]]:
@@ -323,42 +206,46 @@ class Rocprofv3CsvDecoder:
             kind = t["Kind"].combine_chunks()
             chunk.reject(pc.invert(pc.equal(kind.cast(pa.string()), self._kind)), "bad_kind")
             t = chunk.table
-        if t.num_rows:
-            start, end = t["Start_Timestamp"], t["End_Timestamp"]
-            missing = pc.or_(pc.is_null(start), pc.is_null(end))
-            chunk.reject(missing, "missing_value")
-            t = chunk.table
-            start, end = t["Start_Timestamp"], t["End_Timestamp"]
-            bad_time = pc.or_(
-                pc.or_(pc.less(start, 0), pc.less(end, start)),
-                pc.greater(end, MAX_TIME_NS),
-            )
-            chunk.reject(bad_time, "bad_time")
-            t = chunk.table
-        if t.num_rows and self.format == FORMAT_KERNEL:
-            chunk.reject(pc.greater(pc.binary_length(t["Kernel_Name"]), MAX_NAME_BYTES), "name_too_long")
-            t = chunk.table
-        table = self._columns(t) if t.num_rows else empty_kernels(self.ctx)
-        return DecodeResult(table, chunk.skipped, chunk.bad_rows)
+        if not t.num_rows:
+            return DecodeResult(empty_kernels(self.ctx), chunk.skipped, chunk.bad_rows)
+        n = t.num_rows
+        ints = {c: U64Column(t[c]) for c in self._ints}
+        over = np.zeros(n, dtype=bool)
+        for col in ints.values():
+            over |= col.over
+        checks = [("int_out_of_range", over)]
+        checks += time_checks(ints["Start_Timestamp"], ints["End_Timestamp"], self.window)
+        if self.format == FORMAT_KERNEL:
+            too_long = pc.greater(pc.binary_length(t["Kernel_Name"]), MAX_NAME_BYTES)
+            checks.append(("name_too_long", np.asarray(pc.fill_null(too_long, True).to_numpy(zero_copy_only=False))))
+        alive = reject_in_order(chunk, checks)
+        t = chunk.table
+        if not t.num_rows:
+            return DecodeResult(empty_kernels(self.ctx), chunk.skipped, chunk.bad_rows)
+        keep = None if alive.all() else alive
+        return DecodeResult(self._columns(t, ints, keep), chunk.skipped, chunk.bad_rows)
 
-    def _columns(self, t: pa.Table) -> pa.Table:
+    def _columns(self, t: pa.Table, ints: dict[str, U64Column], keep: np.ndarray | None) -> pa.Table:
         n = t.num_rows
         off = self.ctx.clock.offset_ns
-        have = set(t.column_names)
+
+        def bits(c: str) -> np.ndarray:
+            return ints[c].bits if keep is None else ints[c].bits[keep]
+
+        corr = ints["Correlation_Id"]
         cols: dict[str, Any] = {
-            "start_ns": pc.add(t["Start_Timestamp"], off),
-            "end_ns": pc.add(t["End_Timestamp"], off),
-            "correlation_id": t["Correlation_Id"],
+            "start_ns": pa.array(bits("Start_Timestamp") + off, I64),
+            "end_ns": pa.array(bits("End_Timestamp") + off, I64),
+            "correlation_id": corr.arrow(keep),
         }
         if self.format == FORMAT_KERNEL:
             cols["name"] = t["Kernel_Name"]
             cols["device"] = self.agents.map_labels(t["Agent_Id"])
-            cols["queue_id"] = t["Queue_Id"]
+            cols["queue_id"] = ints["Queue_Id"].arrow(keep)
             for axis in "xyz":
-                if f"Grid_Size_{axis.upper()}" in have:
-                    cols[f"grid_{axis}"] = t[f"Grid_Size_{axis.upper()}"]
-                if f"Workgroup_Size_{axis.upper()}" in have:
-                    cols[f"workgroup_{axis}"] = t[f"Workgroup_Size_{axis.upper()}"]
+                for src, dst in (("Grid_Size", "grid"), ("Workgroup_Size", "workgroup")):
+                    if f"{src}_{axis.upper()}" in ints:
+                        cols[f"{dst}_{axis}"] = ints[f"{src}_{axis.upper()}"].arrow(keep)
             kind: str = "kernel"
         else:
             direction = t["Direction"].combine_chunks().cast(pa.string())
@@ -367,15 +254,16 @@ class Rocprofv3CsvDecoder:
             src = self.agents.map_labels(t["Source_Agent_Id"])
             dst = self.agents.map_labels(t["Destination_Agent_Id"])
             cols["device"] = pc.if_else(from_device, src, dst)
-            if "Size" in have:
-                cols["bytes"] = t["Size"]
+            if "Size" in ints:
+                cols["bytes"] = ints["Size"].arrow(keep)
             kind = "memcpy"
-        if "Stream_Id" in have:
-            cols["stream"] = t["Stream_Id"]
-        tid = t["Thread_Id"] if "Thread_Id" in have else pa.nulls(n, I64)
+        if "Stream_Id" in ints:
+            cols["stream"] = ints["Stream_Id"].arrow(keep)
+        tid = ints["Thread_Id"].arrow(keep) if "Thread_Id" in ints else pa.nulls(n, I64)
         pid: Any = pa.repeat(pa.scalar(self.ctx.pid, I64), n) if self.ctx.pid is not None else pa.nulls(n, I64)
         if len(self.launches):
-            launch = self.launches.columns(_to_np(t["Correlation_Id"]), off)
+            valid = corr.valid if keep is None else corr.valid[keep]
+            launch = self.launches.columns(corr.unsigned if keep is None else corr.unsigned[keep], off, valid)
             cols["launch_start_ns"] = launch["launch_start_ns"]
             cols["launch_end_ns"] = launch["launch_end_ns"]
             cols["launch_name"] = launch["launch_name"]
@@ -389,49 +277,10 @@ class Rocprofv3CsvDecoder:
 # --- whole files ---------------------------------------------------------------------------------
 
 
-def _pid_from_name(path: Path) -> int | None:
-    m = re.match(r"^(\d+)_", path.name)
-    return int(m.group(1)) if m else None
-
-
 def _ctx_with_pid(ctx: TraceContext, pid: int | None) -> TraceContext:
     if ctx.pid is not None or pid is None:
         return ctx
     return TraceContext(ctx.node, ctx.identity, ctx.run_id, ctx.model, ctx.source, ctx.clock, ctx.file_mtime_ns, pid)
-
-
-@dataclass
-class CsvCompanions:
-    """What the files beside a kernel or copy trace add: agents, launches, the traced process."""
-
-    agents: AgentMap
-    launches: LaunchTable
-    pid: int | None
-
-
-def load_companions(path: Path, max_bytes: int) -> CsvCompanions:
-    """Read ``agent_info.csv`` and ``hip_api_trace.csv`` beside ``path`` (missing or broken ones are skipped)."""
-    found = companions(path)
-    agents = AgentMap()
-    if "agent_info.csv" in found:
-        try:
-            agents = read_agent_info(_read_bytes(found["agent_info.csv"], max_bytes))
-        except (OSError, EOFError, ValueError, csv.Error):
-            agents = AgentMap()
-    launches = LaunchTable.empty()
-    pids: tuple[int, ...] = ()
-    for suffix in ("hip_api_trace.csv", "marker_api_trace.csv"):
-        if suffix not in found:
-            continue
-        try:
-            api = read_api_trace(_read_bytes(found[suffix], max_bytes))
-        except (OSError, EOFError, ValueError, csv.Error):
-            continue
-        if suffix == "hip_api_trace.csv":
-            launches = api.launches
-        pids = pids or api.pids
-    pid = pids[0] if len(pids) == 1 else _pid_from_name(path)
-    return CsvCompanions(agents, launches, pid)
 
 
 class _Cut:
@@ -443,7 +292,7 @@ class _Cut:
 def _blocks(path: Path, cut: _Cut, block: int = READ_BLOCK) -> Iterator[tuple[bytes, int]]:
     """(complete lines, offset) pieces of a file of at most about ``block`` bytes.
 
-    Reads in 1 MiB steps, so a gzip stream cut short loses at most the step it ends in. A "line"
+    Reads at most 1 MiB a step (``read1``), so a gzip stream cut short loses at most the step it ends in. A "line"
     longer than ``MAX_LINE_BYTES`` is handed on as it is (it will be a bad row), bounding memory.
     """
     offset = 0
@@ -451,7 +300,7 @@ def _blocks(path: Path, cut: _Cut, block: int = READ_BLOCK) -> Iterator[tuple[by
     with _open(path) as fh:
         while True:
             try:
-                data = fh.read(min(block, 1 << 20))
+                data = fh.read1(min(block, 1 << 20))  # one step at a time: a cut loses only its own step
             except (EOFError, OSError, zlib.error):
                 cut.truncated = True
                 break
@@ -471,18 +320,32 @@ def _blocks(path: Path, cut: _Cut, block: int = READ_BLOCK) -> Iterator[tuple[by
         yield pending, offset
 
 
+def _anchor(path: Path, decoder: Rocprofv3CsvDecoder) -> int | None:
+    """The largest raw end among the last complete lines of an uncompressed file (None for gzip)."""
+    with path.open("rb") as fh:
+        if fh.read(2) == GZIP_MAGIC:
+            return None
+        size = fh.seek(0, 2)
+        start = max(0, size - TAIL_BYTES)
+        fh.seek(start)
+        tail = fh.read(TAIL_BYTES)
+    cut = tail.find(b"\n") + 1  # the first line is partial, or the header
+    ends = decoder.decode(tail[cut:], start + cut).table["end_ns"]
+    last = pc.max(ends).as_py()
+    return None if last is None else int(last) - decoder.ctx.clock.offset_ns
+
+
 def parse_csv_file(path: Path, ctx: TraceContext, max_bytes: int) -> Iterator[ParsedTrace]:
     """Parse a whole rocprofv3 kernel, memory-copy, API or agent CSV (with its companions) in chunks."""
-    with _open(path) as fh:
-        head = fh.read(64 * 1024)
+    head = read_bytes(path, 64 * 1024)
     fmt = sniff_csv(head)
     if fmt == FORMAT_AGENTS:
-        agents = read_agent_info(_read_bytes(path, max_bytes))
+        agents = read_agent_info(read_bytes(path, max_bytes))
         devices = {a.device: a.describe() for a in agents.agents}
         yield from chunks(fmt, ctx, empty_kernels(ctx), devices=devices)
         return
     if fmt == FORMAT_API:
-        api = read_api_trace(_read_bytes(path, max_bytes))
+        api = read_api_trace(read_bytes(path, max_bytes))
         its = api_iterations(api, ctx)
         yield from chunks(fmt, ctx, empty_kernels(ctx), its, skipped=api.skipped, bad_rows=api.bad_rows, pids=api.pids)
         return
@@ -493,16 +356,25 @@ def parse_csv_file(path: Path, ctx: TraceContext, max_bytes: int) -> Iterator[Pa
     header_end = head.find(b"\n") + 1 or len(head)
     decoder = Rocprofv3CsvDecoder(head[:header_end], ctx, comp.agents, comp.launches)
     pids = (ctx.pid,) if ctx.pid is not None else ()
+    anchor = _anchor(path, Rocprofv3CsvDecoder(head[:header_end], ctx))
     seen = 0
     cut = _Cut()
+    first = True
     for block, block_offset in _blocks(path, cut):
         data, offset = (block[header_end:], header_end) if block_offset == 0 else (block, block_offset)
         seen += len(data)
         if seen > max_bytes:
             raise ValueError(f"larger than the {max_bytes} byte limit")
         res = decoder.decode(data, offset)
-        yield from chunks(
+        for part in chunks(
             fmt, ctx, res.table, skipped=res.skipped, bad_rows=res.bad_rows, pids=pids, devices=decoder.devices
-        )
-    if cut.truncated:
-        yield from chunks(fmt, ctx, empty_kernels(ctx), skipped=Counter({"truncated_file": 1}), pids=pids)
+        ):
+            if first:
+                part.anchor_raw_ns, first = anchor, False
+            yield part
+    if cut.truncated or first:
+        skipped = Counter({"truncated_file": 1} if cut.truncated else {})
+        for part in chunks(fmt, ctx, empty_kernels(ctx), skipped=skipped, pids=pids):
+            if first:
+                part.anchor_raw_ns, first = anchor, False
+            yield part

@@ -28,74 +28,54 @@ with its yajl2 C backend parses incrementally (``ijson.parse`` events); two pass
 Only leaf values at known paths are kept (a dict lookup per event), never a record's subtree. A
 record without a start or end, with end before start, or with an unknown kernel id is counted
 in ``skipped``; a file cut short yields everything before the cut and counts ``truncated_json``.
-Timestamps are CLOCK_BOOTTIME ns, converted with ``TraceContext.clock``.
+Timestamps are CLOCK_BOOTTIME ns, converted with ``TraceContext.clock``. Pass 1 lives in
+``rocprofv3_json_meta``.
+
+Numbers in full (``rocprofv3_u64``): ijson runs without ``use_float``, so integers of any size
+come as Python ints and other numbers as ``Decimal`` (``1e999`` included), behind a
+``NumberGuard`` that defuses the few numbers ijson's C backend cannot convert without crashing.
+Handles, ids and timestamps are unsigned 64-bit: agents map to devices and dispatches join their
+HIP launches on the unsigned values (numpy ``uint64``); the ``int64`` columns of ``kernels``
+(``correlation_id``, ``queue_id``, ``stream``, ``tid``, grid and workgroup sizes, ``bytes``)
+hold a value at or above 2^63 as the int64 with the same 64 bits (``value - 2^64``), so equal
+ids stay equal. A record with a field it needs beyond 64 bits is counted ``int_out_of_range``,
+one whose times convert outside 1990..2100 ``time_out_of_range`` (``bad_time``: negative, or
+end before start); fields nothing reads (``hive_id``, code objects, anything unknown) never lose
+a record or the file, whatever they hold.
+
+The first chunk carries ``model``, from the first process's ``metadata.command`` (the argv
+rocprofiler-sdk reads from ``/proc/<pid>/cmdline``, see ``trace_common.model_from_command``: the
+script of an interpreter or launcher, else the program's base name), and ``anchor_raw_ns``: the
+largest ``metadata.fini_time`` (the tool's finalisation, raw clock), else the last end among the
+host API records (pass 1 has them; the GPU records come in pass 2, after the first chunk).
 """
 
 from __future__ import annotations
 
-from array import array
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import ijson
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from .formats import _open
 from .parsed import ParsedTrace
-from .rocprofv3_csv import MARKER_RANGE_DOMAINS, MAX_TIME_NS
+from .rocprofv3_json_meta import PARSE_ERRORS, Process, Walker, iterations, read_metadata
+from .rocprofv3_u64 import OUT_OF_RANGE, U64_MASK, NumberGuard, TimeWindow, as_int, int64_column, u64, u64_array
 from .trace_common import (
     CHUNK_ROWS,
-    MAX_NAME_BYTES,
-    Agent,
     AgentMap,
     BadRow,
-    LaunchTable,
     TraceContext,
-    empty_iterations,
     empty_kernels,
-    iterations_table,
     stamp_kernels,
 )
 
 FORMAT = "rocprofv3_json"
-ROOTS = ("rocprofiler-sdk-tool.item", "rocprofiler-sdk-tool")
-_LIST = "[]"  # marks a field collected as a list
 
-# section -> {path inside one item: field}
-SECTIONS_META: dict[str, dict[str, str]] = {
-    "agents": {
-        "id.handle": "handle",
-        "type": "type",
-        "node_id": "node_id",
-        "logical_node_id": "logical_node_id",
-        "logical_node_type_id": "type_index",
-        "name": "name",
-        "product_name": "product_name",
-    },
-    "kernel_symbols": {
-        "kernel_id": "kernel_id",
-        "formatted_kernel_name": "formatted",
-        "demangled_kernel_name": "demangled",
-        "truncated_kernel_name": "truncated",
-        "kernel_name": "mangled",
-    },
-    "strings.buffer_records": {"kind": "kind", "operations.item": "operations" + _LIST},
-    "strings.marker_api": {"key": "key", "value": "value"},
-}
-_API = {
-    "thread_id": "tid",
-    "correlation_id.internal": "corr",
-    "start_timestamp": "start",
-    "end_timestamp": "end",
-    "kind": "kind",
-    "operation": "op",
-}
-SECTIONS_HOST: dict[str, dict[str, str]] = {"buffer_records.hip_api": _API, "buffer_records.marker_api": _API}
 _DISPATCH = {
     "thread_id": "tid",
     "correlation_id.internal": "corr",
@@ -114,9 +94,11 @@ for _base in ("dispatch_info.", ""):  # documented inside dispatch_info; accepte
             **{f"{_base}grid_size.{a}": f"grid_{a}" for a in "xyz"},
         }
     )
+SECTION_KERNELS = "buffer_records.kernel_dispatch"
+SECTION_COPIES = "buffer_records.memory_copy"
 SECTIONS_GPU: dict[str, dict[str, str]] = {
-    "buffer_records.kernel_dispatch": _DISPATCH,
-    "buffer_records.memory_copy": {
+    SECTION_KERNELS: _DISPATCH,
+    SECTION_COPIES: {
         "thread_id": "tid",
         "correlation_id.internal": "corr",
         "start_timestamp": "start",
@@ -130,203 +112,12 @@ SECTIONS_GPU: dict[str, dict[str, str]] = {
         "stream_id": "stream",
     },
 }
-
-
-class _Walker:
-    """Routes ``ijson.parse`` events of the wanted sections to per-item dicts of leaf values."""
-
-    def __init__(self, sections: dict[str, dict[str, str]], scalars: dict[str, str]) -> None:
-        self.items: dict[str, tuple[str, int]] = {}  # item prefix -> (section, root index)
-        self.fields: dict[str, tuple[str, str]] = {}  # leaf prefix -> (section, field)
-        self.scalars: dict[str, str] = {}  # leaf prefix outside arrays (metadata.pid) -> name
-        for r, root in enumerate(ROOTS):
-            for section, paths in sections.items():
-                item = f"{root}.{section}.item"
-                self.items[item] = (section, r)
-                for rel, name in paths.items():
-                    self.fields[f"{item}.{rel}"] = (section, name)
-            for rel, name in scalars.items():
-                self.scalars[f"{root}.{rel}"] = name
-
-    def walk(self, fh: IO[bytes]) -> Iterator[tuple[int, str, Any]]:
-        """Feed ``fh`` through, yielding ``(process, section, values)`` per finished item.
-
-        Wanted scalars outside the arrays come as ``(process, "=" + name, value)``.
-        """
-        process = -1
-        current: dict[str, Any] | None = None
-        items, fields, scalars = self.items, self.fields, self.scalars
-        for prefix, event, value in ijson.parse(fh, use_float=True):
-            hit = fields.get(prefix)
-            if hit is not None:
-                if current is not None and event not in ("start_map", "end_map", "start_array", "end_array"):
-                    name = hit[1]
-                    if name.endswith(_LIST):
-                        current.setdefault(name, []).append(value)
-                    else:
-                        current[name] = value
-                continue
-            if event == "start_map":
-                if prefix in items:
-                    current = {}
-                elif prefix in ROOTS and (prefix == ROOTS[0] or process < 0):
-                    process += 1
-            elif event == "end_map" and prefix in items and current is not None:
-                yield max(process, 0), items[prefix][0], current
-                current = None
-            elif prefix in scalars:
-                yield max(process, 0), "=" + scalars[prefix], value
-
-
-def _num(v: Any) -> int | None:
-    if isinstance(v, bool) or v is None:
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float) and np.isfinite(v):
-        return int(v)
-    return None
-
-
-@dataclass
-class _Process:
-    pid: int | None = None
-    agents: list[Agent] = field(default_factory=list)
-    symbols: dict[int, str] = field(default_factory=dict)
-    kinds: list[tuple[str, list[str]]] = field(default_factory=list)
-    messages: dict[int, str] = field(default_factory=dict)
-    # HIP calls, one per launch: as many as dispatches, so packed (8 bytes a value, not a tuple each)
-    hip: array = field(default_factory=lambda: array("q"))  # corr, start, end, tid, kind, op, repeated
-    markers: list[tuple[int, int, int, int, int, int]] = field(default_factory=list)
-    agent_map: AgentMap | None = None
-    launches: LaunchTable | None = None
-
-    def kind_name(self, kind: int | None) -> str | None:
-        if kind is None or not 0 <= kind < len(self.kinds):
-            return None
-        return self.kinds[kind][0]
-
-    def op_name(self, kind: int | None, op: int | None) -> str | None:
-        if kind is None or op is None or not 0 <= kind < len(self.kinds):
-            return None
-        ops = self.kinds[kind][1]
-        return ops[op] if 0 <= op < len(ops) and isinstance(ops[op], str) else None
-
-
-@dataclass
-class _Metadata:
-    processes: dict[int, _Process] = field(default_factory=dict)
-    skipped: Counter[str] = field(default_factory=Counter)
-    bad_rows: list[BadRow] = field(default_factory=list)
-
-    def proc(self, i: int) -> _Process:
-        return self.processes.setdefault(i, _Process())
-
-
-def _agent(values: dict[str, Any]) -> Agent | None:
-    handle = _num(values.get("handle"))
-    if handle is None:
-        return None
-    t = values.get("type")
-    kind = {1: "CPU", 2: "GPU"}.get(t, str(t).upper() if isinstance(t, str) else "UNK")  # type: ignore[arg-type]
-    name, product = values.get("name"), values.get("product_name")
-    return Agent(
-        _num(values.get("node_id")),
-        _num(values.get("logical_node_id")),
-        kind,
-        _num(values.get("type_index")),
-        name if isinstance(name, str) else None,
-        product if isinstance(product, str) else None,
-        handle,
-    )
-
-
-def _read_metadata(path: Path) -> _Metadata:
-    meta = _Metadata()
-
-    def on_item(p: int, section: str, v: Any) -> None:
-        proc = meta.proc(p)
-        if section == "=pid":
-            proc.pid = _num(v)
-        elif section == "agents":
-            a = _agent(v)
-            if a is not None:
-                proc.agents.append(a)
-        elif section == "kernel_symbols":
-            kid = _num(v.get("kernel_id"))
-            names = [v.get(k) for k in ("formatted", "demangled", "truncated", "mangled")]
-            name = next((s for s in names if isinstance(s, str) and s), None)
-            if kid is not None and name is not None:
-                proc.symbols[kid] = name
-        elif section == "strings.buffer_records":
-            ops = v.get("operations" + _LIST) or []
-            proc.kinds.append((str(v.get("kind", "")), [o if isinstance(o, str) else "" for o in ops]))
-        elif section == "strings.marker_api":
-            key, value = _num(v.get("key")), v.get("value")
-            if key is not None and isinstance(value, str):
-                proc.messages[key] = value
-        else:
-            rec = tuple(_num(v.get(k)) for k in ("corr", "start", "end", "tid", "kind", "op"))
-            if rec[1] is None or rec[2] is None:
-                meta.skipped["bad_record"] += 1
-                return
-            row = tuple(-1 if x is None else x for x in rec)
-            if section == "buffer_records.hip_api":
-                proc.hip.extend(row)  # type: ignore[arg-type]
-            else:
-                proc.markers.append(row)  # type: ignore[arg-type]
-
-    walker = _Walker({**SECTIONS_META, **SECTIONS_HOST}, {"metadata.pid": "pid"})
-    with _open(path) as fh:
-        try:
-            for p, section, v in walker.walk(fh):
-                on_item(p, section, v)
-        except (ijson.JSONError, ValueError, EOFError, OSError):
-            pass  # counted by the second pass, which stops at the same place
-    for proc in meta.processes.values():
-        proc.agent_map = AgentMap(AgentMap.with_type_indexes(proc.agents))
-        if proc.hip:
-            h = np.frombuffer(proc.hip, dtype=np.int64).reshape(-1, 6)
-            keep = h[:, 0] >= 0
-            h = h[keep]
-            pairs, inverse = np.unique(h[:, 4:6], axis=0, return_inverse=True)  # few (kind, operation) pairs
-            names = [proc.op_name(int(k), int(o)) or "hip_api" for k, o in pairs]
-            name_idx = np.asarray(inverse, dtype=np.int32).reshape(-1)
-            pid = np.full(len(h), proc.pid if proc.pid is not None else -1, dtype=np.int64)
-            proc.launches = LaunchTable.build(h[:, 0], h[:, 1], h[:, 2], pid, h[:, 3], name_idx, names)
-            proc.hip = array("q")
-    return meta
-
-
-def _iterations(meta: _Metadata, ctx: TraceContext) -> pa.Table:
-    starts, ends, pids, tids, names, keys = [], [], [], [], [], []
-    for p, proc in sorted(meta.processes.items()):
-        for corr, start, end, tid, kind, op in proc.markers:
-            kname = proc.kind_name(kind)
-            if end <= start or (kname is not None and kname not in MARKER_RANGE_DOMAINS):
-                continue
-            name = proc.messages.get(corr) or proc.op_name(kind, op) or "roctx"
-            starts.append(start + ctx.clock.offset_ns)
-            ends.append(end + ctx.clock.offset_ns)
-            pids.append(proc.pid)
-            tids.append(tid if tid >= 0 else None)
-            names.append(name[:MAX_NAME_BYTES])
-            keys.append(f"roctx:{p}:{corr}:{start}")
-    if not starts:
-        return empty_iterations(ctx)
-    return iterations_table(
-        ctx,
-        start_ns=np.array(starts, dtype=np.int64),
-        end_ns=np.array(ends, dtype=np.int64),
-        pid=pids,
-        tid=tids,
-        names=names,
-        keys=keys,
-    )
-
-
-_DISPATCH_FIELDS = ("start", "end", "corr", "tid", "agent", "queue", "kernel_id", "stream", "bytes", "src", "dst", "op")
+# The fields each section's rows need (besides start and end), all unsigned 64-bit.
 _DIMS = ("wg_x", "wg_y", "wg_z", "grid_x", "grid_y", "grid_z")
+FIELDS = {
+    SECTION_KERNELS: ("corr", "tid", "stream", "agent", "queue", "kernel_id", *_DIMS),
+    SECTION_COPIES: ("corr", "tid", "stream", "op", "src", "dst", "bytes"),
+}
 
 
 class _Batch:
@@ -335,77 +126,86 @@ class _Batch:
     def __init__(self, process: int, section: str) -> None:
         self.process = process
         self.section = section
-        self.cols: dict[str, list[Any]] = {k: [] for k in (*_DISPATCH_FIELDS, *_DIMS)}
+        self.keys = FIELDS[section]
+        self.start: list[int] = []  # epoch ns
+        self.end: list[int] = []
+        self.cols: dict[str, list[Any]] = {k: [] for k in self.keys}
         self.n = 0
 
-    def add(self, v: dict[str, Any]) -> None:
-        for k, col in self.cols.items():
-            col.append(_num(v.get(k)))
+    def add(self, v: dict[str, Any], start_ns: int, end_ns: int) -> bool:
+        """Add a record; False (nothing added) when a field it needs does not fit 64 bits."""
+        row = [x if (type(x) is int and 0 <= x <= U64_MASK) or x is None else u64(x) for x in map(v.get, self.keys)]
+        if OUT_OF_RANGE in row:
+            return False
+        for col, x in zip(self.cols.values(), row, strict=True):
+            col.append(x)
+        self.start.append(start_ns)
+        self.end.append(end_ns)
         self.n += 1
+        return True
 
 
-def _table(batch: _Batch, proc: _Process, ctx: TraceContext, skipped: Counter[str]) -> pa.Table:
+def _table(batch: _Batch, proc: Process, ctx: TraceContext, skipped: Counter[str]) -> pa.Table:
     c = batch.cols
     n = batch.n
     off = ctx.clock.offset_ns
-    start = np.array(c["start"], dtype=np.int64)
-    end = np.array(c["end"], dtype=np.int64)
-    corr = np.array([x if x is not None else -1 for x in c["corr"]], dtype=np.int64)
+    corr, corr_ok = u64_array(c["corr"])
     agents = proc.agent_map or AgentMap()
     cols: dict[str, Any] = {
-        "start_ns": pa.array(start + off, pa.int64()),
-        "end_ns": pa.array(end + off, pa.int64()),
-        "correlation_id": pa.array(c["corr"], pa.int64()),
-        "tid": pa.array(c["tid"], pa.int64()),
-        "stream": pa.array(c["stream"], pa.int64()),
+        "start_ns": pa.array(np.array(batch.start, dtype=np.int64), pa.int64()),
+        "end_ns": pa.array(np.array(batch.end, dtype=np.int64), pa.int64()),
+        "correlation_id": pa.array(corr.view(np.int64), pa.int64(), mask=None if corr_ok is None else ~corr_ok),
+        "stream": int64_column(c["stream"]),
     }
-    if batch.section == "buffer_records.kernel_dispatch":
+    tid = int64_column(c["tid"])
+    if batch.section == SECTION_KERNELS:
         kind: str = "kernel"
-        unknown = sum(1 for k in c["kernel_id"] if k not in proc.symbols)
+        symbols = proc.symbols
+        unknown = sum(1 for k in c["kernel_id"] if k not in symbols)
         if unknown:
             skipped["unknown_kernel_id"] += unknown  # kept, named by id: the event itself is sound
         cols["name"] = pa.array(
-            [proc.symbols.get(k, f"kernel_id:{k}") if k is not None else "unknown" for k in c["kernel_id"]],
-            pa.string(),
+            [symbols.get(k, f"kernel_id:{k}") if k is not None else "unknown" for k in c["kernel_id"]], pa.string()
         )
-        cols["device"] = agents.map_handles(np.array([a if a is not None else -1 for a in c["agent"]], np.int64))
-        cols["queue_id"] = pa.array(c["queue"], pa.int64())
+        cols["device"] = agents.map_handles(*u64_array(c["agent"]))
+        cols["queue_id"] = int64_column(c["queue"])
         for axis in "xyz":
-            cols[f"grid_{axis}"] = pa.array(c[f"grid_{axis}"], pa.int64())
-            cols[f"workgroup_{axis}"] = pa.array(c[f"wg_{axis}"], pa.int64())
+            cols[f"grid_{axis}"] = int64_column(c[f"grid_{axis}"])
+            cols[f"workgroup_{axis}"] = int64_column(c[f"wg_{axis}"])
     else:
         kind = "memcpy"
         kind_ids = {proc.kind_name(i): i for i in range(len(proc.kinds))}
         mc = kind_ids.get("MEMORY_COPY")
-        cols["name"] = pa.array([proc.op_name(mc, op) or "MEMORY_COPY" for op in c["op"]], pa.string())
-        to_host = np.array(["DEVICE_TO_HOST" in (proc.op_name(mc, op) or "") for op in c["op"]], dtype=bool)
-        gpu_side = np.where(
-            to_host,
-            np.array([x if x is not None else -1 for x in c["src"]], np.int64),
-            np.array([x if x is not None else -1 for x in c["dst"]], np.int64),
-        )
-        cols["device"] = agents.map_handles(gpu_side)
-        cols["bytes"] = pa.array(c["bytes"], pa.int64())
-    tid = cols["tid"]
-    pid = pa.array([proc.pid] * n, pa.int64())
+        ops = [proc.op_name(mc, op) for op in c["op"]]
+        cols["name"] = pa.array([name or "MEMORY_COPY" for name in ops], pa.string())
+        to_host = np.array(["DEVICE_TO_HOST" in (name or "") for name in ops], dtype=bool)
+        src, src_ok = u64_array(c["src"])
+        dst, dst_ok = u64_array(c["dst"])
+        ok = None if src_ok is None and dst_ok is None else np.where(to_host, _ones(src_ok, n), _ones(dst_ok, n))
+        cols["device"] = agents.map_handles(np.where(to_host, src, dst), ok)
+        cols["bytes"] = int64_column(c["bytes"])
     if proc.launches is not None and len(proc.launches):
-        launch = proc.launches.columns(corr, off)
+        launch = proc.launches.columns(corr, off, corr_ok)
         cols["launch_start_ns"] = launch["launch_start_ns"]
         cols["launch_end_ns"] = launch["launch_end_ns"]
         cols["launch_name"] = launch["launch_name"]
         tid = pc.coalesce(launch["launch_tid"], tid)
-    cols["pid"] = pid
+    cols["pid"] = pa.array([proc.pid] * n, pa.int64())
     cols["tid"] = tid
     return stamp_kernels(cols, n, ctx, kind)
 
 
+def _ones(mask: np.ndarray | None, n: int) -> np.ndarray:
+    return np.ones(n, dtype=bool) if mask is None else mask
+
+
 def parse_rocprofv3_json(path: Path, ctx: TraceContext) -> Iterator[ParsedTrace]:
-    """Stream a rocprofv3 JSON file as ``ParsedTrace`` chunks (iterations and devices on the first)."""
-    meta = _read_metadata(path)
-    iterations = _iterations(meta, ctx)
+    """Stream a rocprofv3 JSON file as ``ParsedTrace`` chunks (iterations, devices, model, anchor on the first)."""
+    meta = read_metadata(path, ctx)
+    its_all = iterations(meta, ctx)
     pids = tuple(sorted({p.pid for p in meta.processes.values() if p.pid is not None}))
     skipped: Counter[str] = Counter(meta.skipped)
-    bad: list[BadRow] = list(meta.bad_rows)
+    bad: list[BadRow] = []
     first = True
 
     def devices() -> dict[str, dict[str, Any]]:
@@ -415,46 +215,52 @@ def parse_rocprofv3_json(path: Path, ctx: TraceContext) -> Iterator[ParsedTrace]
                 d.update(proc.agent_map.used)
         return d
 
-    def emit(batch: _Batch | None) -> Iterator[ParsedTrace]:
+    def part(kernels: pa.Table) -> ParsedTrace:
         nonlocal first
-        if batch is None or not batch.n:
-            return
-        table = _table(batch, meta.proc(batch.process), ctx, skipped)
-        its = iterations if first else iterations.slice(0, 0)
+        out = ParsedTrace(FORMAT, kernels, its_all if first else its_all.slice(0, 0), ctx.clock)
+        out.skipped, out.pids, out.devices, out.bad_rows = Counter(skipped), pids, devices(), list(bad)
+        if first:
+            out.model, out.anchor_raw_ns = meta.model, meta.anchor_raw_ns
         first = False
-        yield ParsedTrace(FORMAT, table, its, ctx.clock, Counter(skipped), pids, devices(), list(bad))
         skipped.clear()
         bad.clear()
+        return out
+
+    def emit(batch: _Batch | None) -> Iterator[ParsedTrace]:
+        if batch is not None and batch.n:
+            yield part(_table(batch, meta.proc(batch.process), ctx, skipped))
 
     batch: _Batch | None = None
-    walker = _Walker(SECTIONS_GPU, {})
-    with _open(path) as fh:
+    walker = Walker(SECTIONS_GPU, {})
+    window = TimeWindow(ctx.clock.offset_ns)
+    off = ctx.clock.offset_ns
+    with _open(path) as raw:
+        fh = NumberGuard(raw)
         try:
             for p, section, v in walker.walk(fh):
-                s, e = _num(v.get("start")), _num(v.get("end"))
-                if s is None or e is None:
-                    skipped["missing_value"] += 1
-                    continue
-                if s < 0 or e < s or e > MAX_TIME_NS:
-                    skipped["bad_time"] += 1
+                s, e = as_int(v.get("start")), as_int(v.get("end"))
+                reason = window.reason(s, e)
+                if reason is not None:
+                    skipped[reason] += 1
                     continue
                 if batch is None or batch.process != p or batch.section != section:
                     yield from emit(batch)
                     batch = _Batch(p, section)
-                batch.add(v)
+                if not batch.add(v, s + off, e + off):  # type: ignore[operator]
+                    skipped["int_out_of_range"] += 1
+                    continue
                 if batch.n >= CHUNK_ROWS:
                     yield from emit(batch)
                     batch = None
-        except (ijson.JSONError, ValueError, EOFError, OSError) as exc:
+        except PARSE_ERRORS as exc:
             skipped["truncated_json"] += 1
             bad.append(BadRow(_position(fh), str(exc).encode("utf-8", "replace")[:200], "truncated_json"))
     yield from emit(batch)
     if first or skipped or bad:  # nothing at all, or problems after the last chunk: still say so
-        its = iterations if first else iterations.slice(0, 0)
-        yield ParsedTrace(FORMAT, empty_kernels(ctx), its, ctx.clock, Counter(skipped), pids, devices(), bad)
+        yield part(empty_kernels(ctx))
 
 
-def _position(fh: IO[bytes]) -> int:
+def _position(fh: NumberGuard | IO[bytes]) -> int:
     try:
         return int(fh.tell())
     except (OSError, ValueError):

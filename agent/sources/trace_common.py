@@ -33,6 +33,7 @@ from aaco.agent.pipeline.clock import ClockOffset, boottime_offset
 from aaco.agent.pipeline.ids import span_id, trace_id
 
 from .parsed import ParsedTrace
+from .rocprofv3_u64 import U64_MASK, TimeWindow
 
 CHUNK_ROWS = 65_536
 # Longest kernel / range name kept; a longer one is a bad row (no real symbol is this long, a
@@ -115,7 +116,7 @@ class AgentMap:
         self.agents = list(agents)
         self._by_node = {a.node_id: a for a in self.agents if a.node_id is not None}
         self._by_logical = {a.logical_node_id: a for a in self.agents if a.logical_node_id is not None}
-        self._by_handle = {a.handle: a for a in self.agents if a.handle is not None}
+        self._by_handle = {a.handle & U64_MASK: a for a in self.agents if a.handle is not None}
         self._gpus = {a.type_index: a for a in self.agents if a.type == "GPU" and a.type_index is not None}
         self.used: dict[str, dict[str, Any]] = {}
 
@@ -155,9 +156,13 @@ class AgentMap:
         return agent.device
 
     def resolve_handle(self, handle: int | None) -> str | None:
-        """Device string for a JSON agent handle / rocpd agent row id; ``agent<handle>`` if unknown."""
+        """Device string for a JSON agent handle / rocpd agent row id; ``agent<handle>`` if unknown.
+
+        Handles are unsigned 64-bit (``rocprofv3_u64``): a negative int means the same 64 bits.
+        """
         if handle is None:
             return None
+        handle &= U64_MASK
         agent = self._by_handle.get(handle)
         if agent is None:
             return f"agent{handle}"
@@ -173,13 +178,14 @@ class AgentMap:
         values = [self.resolve_label(v) for v in labels.dictionary.to_pylist()]
         return pa.array(values, STR).take(labels.indices)
 
-    def map_handles(self, handles: np.ndarray) -> pa.Array:
-        """Vectorised ``resolve_handle`` over an int64 array of handles."""
+    def map_handles(self, handles: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
+        """Vectorised ``resolve_handle`` over a ``uint64`` (or int64, same bits) array; null where not ``valid``."""
         if handles.size == 0:
             return pa.array([], STR)
-        uniq, inv = np.unique(handles, return_inverse=True)
+        uniq, inv = np.unique(handles.view(np.uint64), return_inverse=True)
         values = [self.resolve_handle(int(h)) for h in uniq]
-        return pa.array(values, STR).take(pa.array(inv.astype(np.int64)))
+        mask = None if valid is None else ~valid
+        return pa.array(values, STR).take(pa.array(inv.reshape(-1).astype(np.int64), mask=mask))
 
 
 # --- launches ------------------------------------------------------------------------------------
@@ -187,13 +193,17 @@ class AgentMap:
 
 @dataclass
 class LaunchTable:
-    """Host API calls (HIP) by correlation id, sorted, for a vectorised join with GPU records."""
+    """Host API calls (HIP) by correlation id, sorted, for a vectorised join with GPU records.
 
-    corr: np.ndarray  # int64, sorted ascending
+    Correlation ids are ``uint64`` (``rocprofv3_u64``); times are raw (BOOTTIME) ns already checked
+    against the trace's time window; pid and tid are nullable ``int64`` columns.
+    """
+
+    corr: np.ndarray  # uint64, sorted ascending, unique
     start: np.ndarray  # int64, raw (BOOTTIME) ns
     end: np.ndarray
-    pid: np.ndarray  # int64, -1 unknown
-    tid: np.ndarray  # int64, -1 unknown
+    pid: pa.Array  # int64, null unknown
+    tid: pa.Array
     name_idx: np.ndarray  # int32 index into names
     names: list[str]
 
@@ -201,7 +211,8 @@ class LaunchTable:
     def empty(cls) -> LaunchTable:
         """No launches."""
         z = np.zeros(0, dtype=np.int64)
-        return cls(z, z, z, z, z, np.zeros(0, dtype=np.int32), [])
+        n = pa.array([], I64)
+        return cls(z.view(np.uint64), z, z, n, n, np.zeros(0, dtype=np.int32), [])
 
     @classmethod
     def build(
@@ -209,47 +220,52 @@ class LaunchTable:
         corr: np.ndarray,
         start: np.ndarray,
         end: np.ndarray,
-        pid: np.ndarray,
-        tid: np.ndarray,
+        pid: pa.Array,
+        tid: pa.Array,
         name_idx: np.ndarray,
         names: list[str],
     ) -> LaunchTable:
-        """Sort by correlation id (the last record of a repeated id wins)."""
+        """Sort by correlation id (``uint64``, or int64 of the same bits; the last record of a repeated id wins)."""
+        corr = np.asarray(corr).view(np.uint64)
         order = np.argsort(corr, kind="stable")
         corr = corr[order]
         keep = np.ones(corr.size, dtype=bool)
         if corr.size > 1:
             keep[:-1] = corr[1:] != corr[:-1]
         idx = order[keep]
-        return cls(corr[keep], start[idx], end[idx], pid[idx], tid[idx], name_idx[idx], names)
+        take = pa.array(idx.astype(np.int64))
+        return cls(corr[keep], start[idx], end[idx], pid.take(take), tid.take(take), name_idx[idx], names)
 
     def __len__(self) -> int:
         return int(self.corr.size)
 
-    def lookup(self, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """For each correlation id: (matched mask, index into this table)."""
+    def lookup(self, corr: np.ndarray, valid: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """For each correlation id (``uint64``; only where ``valid``): (matched mask, index into this table)."""
         if self.corr.size == 0 or corr.size == 0:
             return np.zeros(corr.size, dtype=bool), np.zeros(corr.size, dtype=np.int64)
+        corr = corr.view(np.uint64)
         pos = np.searchsorted(self.corr, corr)
         pos_c = np.minimum(pos, self.corr.size - 1)
-        return self.corr[pos_c] == corr, pos_c
+        hit = self.corr[pos_c] == corr
+        return (hit if valid is None else hit & valid), pos_c
 
-    def columns(self, corr: np.ndarray, offset_ns: int) -> dict[str, pa.Array]:
+    def columns(self, corr: np.ndarray, offset_ns: int, valid: np.ndarray | None = None) -> dict[str, pa.Array]:
         """launch_start_ns, launch_end_ns, launch_name, launch_pid, launch_tid for these correlation ids."""
-        hit, pos = self.lookup(corr)
+        hit, pos = self.lookup(corr, valid)
+        if hit.any():  # a launch whose times convert outside 1990..2100 is no launch to show
+            hit &= TimeWindow(offset_ns).mask(self.start[pos].view(np.uint64), self.end[pos].view(np.uint64))
         mask = ~hit
         start = np.where(hit, self.start[pos] + offset_ns, 0) if hit.any() else np.zeros(corr.size, np.int64)
         end = np.where(hit, self.end[pos] + offset_ns, 0) if hit.any() else np.zeros(corr.size, np.int64)
-        pid = self.pid[pos] if self.pid.size else np.full(corr.size, -1, np.int64)
-        tid = self.tid[pos] if self.tid.size else np.full(corr.size, -1, np.int64)
+        take = pa.array(pos, pa.int64(), mask=mask)
         names = pa.array(self.names or [""], STR)
         name_idx = self.name_idx[pos] if self.name_idx.size else np.zeros(corr.size, np.int32)
         return {
             "launch_start_ns": pa.array(start, I64, mask=mask),
             "launch_end_ns": pa.array(end, I64, mask=mask),
             "launch_name": names.take(pa.array(name_idx, pa.int32(), mask=mask)),
-            "launch_pid": pa.array(pid, I64, mask=mask | (pid < 0)),
-            "launch_tid": pa.array(tid, I64, mask=mask | (tid < 0)),
+            "launch_pid": self.pid.take(take) if len(self.pid) else pa.nulls(corr.size, I64),
+            "launch_tid": self.tid.take(take) if len(self.tid) else pa.nulls(corr.size, I64),
         }
 
 
@@ -355,3 +371,61 @@ def chunks(
             devices=dict(devices or {}) if first else {},
             bad_rows=list(bad_rows or []) if first else [],
         )
+
+
+# --- the program a trace names -------------------------------------------------------------------
+
+# Programs that run another one named on their command line: the model is that one.
+_RUNNERS = re.compile(
+    r"^(python[\d.]*m?|pypy[\d.]*|bash|sh|zsh|dash|perl|ruby|node|julia|Rscript|lua[\d.]*|env|"
+    r"torchrun|deepspeed|accelerate|mpirun|mpiexec|srun|numactl|taskset|nohup|time|uv|rocprofv3)$"
+)
+_SUBCOMMANDS = frozenset({"launch", "run", "exec"})  # accelerate launch x.py, uv run x.py
+_SCRIPT_SUFFIXES = (".py", ".sh", ".pl", ".rb", ".js", ".jl", ".R", ".lua")
+MAX_MODEL_CHARS = 128
+
+
+def model_from_command(argv: list[str] | str | None) -> str | None:
+    """The model a traced command line names: the script of an interpreter or launcher, else the program.
+
+    ``python3 train.py --x`` -> ``train``; ``torchrun --nproc_per_node=8 train.py`` -> ``train``;
+    ``python -m pkg.train`` -> ``train``; ``/opt/app/bench -n 3`` -> ``bench``. Options, numbers
+    (``mpirun -np 8 ...``), ``NAME=value`` settings and launcher subcommands are passed over;
+    ``python -c ...`` names the interpreter. A string is split on whitespace. None if it names nothing.
+    """
+    if isinstance(argv, str):
+        argv = argv.split()
+    if not argv:
+        return None
+    words = [a for a in argv[:256] if isinstance(a, str)]
+    first: str | None = None
+    runner = False
+    i = 0
+    while i < len(words):
+        word = words[i].strip()
+        i += 1
+        base = word.replace("\\", "/").rsplit("/", 1)[-1]
+        if not base or base.isdigit() or (runner and (word.startswith("-") or base in _SUBCOMMANDS)):
+            if word in ("-m", "--module") and i < len(words):
+                return _model_name(words[i].rsplit(".", 1)[-1])
+            if word == "-c":
+                break
+            i += word in ("-W", "-X")  # python options that take a value
+            continue
+        if "=" in base and not word.startswith("-"):
+            continue  # env NAME=value
+        if _RUNNERS.match(base):
+            first = first or base
+            runner = True
+            continue
+        return _model_name(base)
+    return _model_name(first) if first else None
+
+
+def _model_name(base: str) -> str | None:
+    for suffix in _SCRIPT_SUFFIXES:
+        if base.endswith(suffix) and len(base) > len(suffix):
+            base = base[: -len(suffix)]
+            break
+    base = "".join(ch for ch in base if ch.isprintable()).strip()[:MAX_MODEL_CHARS]
+    return base or None

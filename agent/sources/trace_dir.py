@@ -315,9 +315,11 @@ class TraceDirSource(Source):
         assert decoder is not None
         result = decoder.decode(chunk, start)
         r = ctx.ledger.register(f.key, start, start + cut, self._meta(f))
-        if result.table.num_rows:
-            ctx.publish(self.name, "kernels", result.table, durable=True, live=True, range_=r)
-        r.seal()
+        try:
+            if result.table.num_rows:
+                ctx.publish(self.name, "kernels", result.table, durable=True, live=True, range_=r)
+        finally:
+            r.seal()  # even if publishing raised: an open range would hold the file's checkpoint back for good
         f.offset = start + cut
         f.events += result.table.num_rows
         if result.bad_rows:

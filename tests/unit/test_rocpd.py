@@ -24,6 +24,7 @@ from aaco.agent.pipeline.schemas import conform
 from aaco.agent.sources import rocpd
 from aaco.agent.sources.formats import identify
 from aaco.agent.sources.parsers import context_for, parse_any
+from aaco.agent.sources.rocprofv3_u64 import OUT_OF_RANGE as OUT
 
 CLOCK = ClockOffset(1_700_000_000_000_000_000, 10, "test")
 UUID = "_0123abcd"
@@ -320,3 +321,68 @@ def test_sqlite_without_rocpd_tables_is_not_rocpd(tmp_path):
     from aaco.agent.sources.formats import read_head, sniff
 
     assert sniff(read_head(tmp_path / "other.db")) is None
+
+
+# --- every number in full (rocprofv3_u64) --------------------------------------------------------
+
+U63 = 1 << 63
+
+
+def test_rocpd_ids_at_or_above_2_63_as_sqlite_stores_them(tmp_path):
+    """Bound as the int64 of the same bits, or written as a literal past int64 (SQLite keeps a REAL)."""
+    truth = build(tmp_path / "run.db", 200)
+    con = sqlite3.connect(tmp_path / "run.db")
+    con.execute(f"UPDATE rocpd_event{UUID} SET correlation_id = correlation_id + (-9223372036854775807 - 1)")
+    con.execute(
+        f"UPDATE rocpd_event{UUID} SET correlation_id = 17332996360099338395 WHERE correlation_id = ?", (7 - U63,)
+    )
+    con.execute(f"UPDATE rocpd_kernel_dispatch{UUID} SET queue_id = -1, stream_id = ? WHERE id <= 100", (-U63,))
+    con.commit()
+    assert con.execute(f"SELECT typeof(correlation_id) FROM rocpd_event{UUID} WHERE id = 13").fetchone() == ("real",)
+    con.close()
+    parts = parse(tmp_path / "run.db")
+    k = kernels_of(parts)
+    kernels = k.filter(pc.equal(k["kind"], "kernel"))
+    assert kernels.num_rows == truth["n"] and sum((p.skipped for p in parts), start=type(parts[0].skipped)()) == {}
+    corr = kernels["correlation_id"].to_numpy().astype("int64").view("uint64").tolist()
+    assert corr[:6] == [U63 + i for i in range(1, 7)] and corr[6] == int(17332996360099338395.0)
+    assert kernels["launch_name"].null_count == 0  # every dispatch joined its launch on the uint64 id
+    assert set(kernels["queue_id"].to_pylist()[:100]) == {-1} and set(kernels["stream"].to_pylist()[:100]) == {-U63}
+
+
+def test_rocpd_values_past_64_bits_and_times_out_of_range(tmp_path):
+    build(tmp_path / "run.db", 30)
+    con = sqlite3.connect(tmp_path / "run.db")
+    con.execute(f"UPDATE rocpd_kernel_dispatch{UUID} SET queue_id = 1e30 WHERE id = 2")
+    con.execute(f"UPDATE rocpd_kernel_dispatch{UUID} SET grid_size_x = 18446744073709551621 WHERE id = 3")
+    con.execute(
+        f'UPDATE rocpd_kernel_dispatch{UUID} SET start = 3000000000000000000, "end" = 3000000000000000009 WHERE id = 4'
+    )  # converts to 2118
+    con.execute(f"UPDATE rocpd_kernel_dispatch{UUID} SET start = 9223372036854775807 WHERE id = 5")
+    con.execute(f"UPDATE rocpd_kernel_dispatch{UUID} SET private_segment_size = 1e300, dispatch_id = -1 WHERE id = 6")
+    con.commit()
+    con.close()
+    parts = parse(tmp_path / "run.db")
+    k = kernels_of(parts)
+    assert k.filter(pc.equal(k["kind"], "kernel")).num_rows == 30 - 4  # row 6: columns nobody reads
+    skipped = sum((p.skipped for p in parts), start=type(parts[0].skipped)())
+    assert skipped == {"int_out_of_range": 2, "time_out_of_range": 1, "bad_time": 1}
+
+
+def test_rocpd_model_and_anchor_from_the_process_table(tmp_path):
+    build(tmp_path / "run.db", 10)
+    con = sqlite3.connect(tmp_path / "run.db")
+    con.execute(f"UPDATE rocpd_info_process{UUID} SET command = 'python3 /w/bert_train.py --epochs 3', fini = 12345")
+    con.commit()
+    con.close()
+    parts = parse(tmp_path / "run.db")
+    assert parts[0].model == "bert_train" and parts[0].anchor_raw_ns == 12345
+    assert all(p.model is None and p.anchor_raw_ns is None for p in parts[1:])
+
+
+def test_rocpd_sqlite_values():
+    from aaco.agent.sources.rocpd_rows import sql_int, sql_u64
+
+    assert sql_u64(-1) == (1 << 64) - 1 and sql_u64(" 18446744073709551615 ") == (1 << 64) - 1
+    assert sql_u64("18446744073709551616") is OUT and sql_u64(1e30) is OUT and sql_u64(float("nan")) is None
+    assert sql_int("junk") is None and sql_int(b"\x01") is None and sql_int(12.7) == 12

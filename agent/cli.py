@@ -311,11 +311,19 @@ def replay(
     force: Annotated[
         bool, typer.Option("--force", help="Read files again even if the lake already holds them.")
     ] = False,
+    clock_offset: Annotated[
+        int | None,
+        typer.Option(
+            "--clock-offset",
+            help="Epoch ns minus CLOCK_BOOTTIME ns of the recording boot (rocprofv3, rocprof v1 traces): used as "
+            "given, instead of this host's offset and the re-anchoring of traces from another boot.",
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="debug|info|warning|error")] = "warning",
 ) -> None:
     """Push trace files through the pipeline: lake, analysis, metrics and traces as if live."""
     setup_logging(log_level)
-    from .sources.formats import expand, identify
+    from .sources.formats import expand, recognise
 
     bad = []
     files = expand(paths)
@@ -323,14 +331,20 @@ def replay(
         raise _fail(AacoError("no trace files found", subject=" ".join(map(str, paths))))
     for f in files:
         try:
-            identify(f)
+            recognise(f)
         except AacoError as exc:
             bad.append(exc)
     if bad:
         for exc in bad[:-1]:
             err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         raise _fail(bad[-1])
-    source = {"type": "replay", "paths": [str(p) for p in paths], "model": model_name, "force": force}
+    source = {
+        "type": "replay",
+        "paths": [str(p) for p in paths],
+        "model": model_name,
+        "force": force,
+        "clock_offset_ns": clock_offset,
+    }
     try:
         config = load_config(
             None, {"sources": [source], **_exporter_overrides(out, metrics_port, otlp_endpoint, serve)}

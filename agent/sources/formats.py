@@ -2,24 +2,49 @@
 
 Formats are told apart by what the file holds, so a renamed or compressed file is still read
 right. Detection reads at most the first ``SNIFF_BYTES`` (decompressed); a file is read whole
-only once it is known to be a trace of a known format, and never beyond ``max_bytes``.
+only once it is known to be a trace of a known format, and always within ``trace_limits``.
+
+Identity: a file's identity is a digest of its whole content (SHA-256, 96 bits kept), so two
+files that differ anywhere are two files, and the same content under another name or path is the
+same file (replaying it again adds nothing). A sampled identity (size and the first 64 KiB) called
+different files with the same head one file and skipped the second. Hashing is about 1.8 GB/s
+on one core (SHA-256 with the CPU's SHA extensions; BLAKE2b measured 0.9 GB/s on the same
+machine): a 1 GiB file costs about 0.6 s more than reading it, a small part of parsing it.
+``recognise`` gives the format without hashing, for pollers that look at a file before it is
+complete.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import os
 import re
+import stat
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from aaco.agent.errors import TraceFormatError
 
+from .trace_limits import DEFAULT_MAX_BYTES, GZIP_MAGIC, TraceLimits, TraceStream, open_trace, read_document
+
+__all__ = [  # GZIP_MAGIC and DEFAULT_MAX_BYTES are defined in trace_limits; the other readers take them from here
+    "DEFAULT_MAX_BYTES",
+    "FORMATS",
+    "GZIP_MAGIC",
+    "SNIFF_BYTES",
+    "TraceFile",
+    "content_identity",
+    "expand",
+    "identify",
+    "read_all",
+    "read_head",
+    "recognise",
+    "sniff",
+]
+
 SNIFF_BYTES = 64 * 1024
-DEFAULT_MAX_BYTES = 4 * 1024**3
-GZIP_MAGIC = b"\x1f\x8b"
+_HASH_STEP = 1 << 20
 
 # Categories ONNX Runtime writes into its profile (a JSON list of Chrome-trace events).
 _ORT_HEAD = re.compile(rb'^\s*\[\s*\{[^\[\]]*"cat"\s*:\s*"(Session|Node|Kernel)"', re.S)
@@ -57,33 +82,29 @@ class TraceFile:
     size: int
 
 
-def _open(path: Path):
-    with path.open("rb") as fh:
-        magic = fh.read(2)
-    return gzip.open(path, "rb") if magic == GZIP_MAGIC else path.open("rb")
+def _open(path: Path) -> TraceStream:
+    """A file's content, decompressed, read in bounded steps (``trace_limits.open_trace``)."""
+    return open_trace(path)
 
 
 def read_head(path: Path, n: int = SNIFF_BYTES) -> bytes:
-    """The first ``n`` bytes of the file's content (decompressed)."""
+    """The first ``n`` bytes of the file's content (decompressed; what precedes a damage)."""
     try:
-        with _open(path) as fh:
+        with open_trace(path, json_guard=False) as fh:
             return fh.read(n)
     except (OSError, EOFError, zlib.error) as exc:
         raise TraceFormatError(f"cannot read: {exc}", subject=path) from exc
 
 
 def read_all(path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
-    """The whole content (decompressed), refusing more than ``max_bytes``."""
+    """The whole content (decompressed), refusing more than ``max_bytes`` or a damaged file."""
     try:
-        with _open(path) as fh:
-            data = fh.read(max_bytes + 1)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise TraceFormatError(f"cannot read (truncated or damaged?): {exc}", subject=path) from exc
-    if len(data) > max_bytes:
-        raise TraceFormatError(
-            f"larger than the {max_bytes} byte limit", subject=path, hint="raise max_file_bytes in the source config"
-        )
-    return data
+        doc = read_document(path, TraceLimits(max_file_bytes=max_bytes))
+    except OSError as exc:
+        raise TraceFormatError(f"cannot read: {exc}", subject=path) from exc
+    if doc.damage is not None:
+        raise TraceFormatError(f"cannot read (truncated or damaged): {doc.damage}", subject=path)
+    return bytes(doc.data)
 
 
 def sniff(head: bytes) -> str | None:
@@ -107,28 +128,50 @@ def sniff(head: bytes) -> str | None:
     return sniff_rocprofv3_csv(head) or sniff_rocprof_v1_csv(head)
 
 
-def identify(path: Path) -> TraceFile:
-    """Recognise a trace file, or raise ``TraceFormatError`` saying what is wrong with it."""
-    if not path.exists():
-        raise TraceFormatError("no such file", subject=path)
-    if path.is_dir():
+def recognise(path: Path) -> tuple[str, os.stat_result]:
+    """The format of a trace file and its ``stat``, or ``TraceFormatError`` saying what is wrong with it."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise TraceFormatError("no such file", subject=path) from None
+    except OSError as exc:
+        raise TraceFormatError(f"cannot stat: {exc.strerror or exc}", subject=path) from None
+    if stat.S_ISDIR(st.st_mode):
         raise TraceFormatError("is a directory; expected a trace file", subject=path)
+    if not stat.S_ISREG(st.st_mode):
+        raise TraceFormatError("not a regular file (a FIFO, socket or device); expected a trace file", subject=path)
     if not os.access(path, os.R_OK):
         raise TraceFormatError("not readable (permission denied)", subject=path)
-    st = path.stat()
     if st.st_size == 0:
         raise TraceFormatError("empty file", subject=path)
-    head = read_head(path)
-    fmt = sniff(head)
+    fmt = sniff(read_head(path))
     if fmt is None:
         raise TraceFormatError(
             "not a recognised trace (expected an ONNX Runtime profile, a Kineto/PyTorch profiler JSON, "
             "a rocprofv3 CSV/JSON/rocpd database, or a rocprof v1/v2 results.csv/results.json)",
             subject=path,
         )
-    digest = hashlib.blake2b(head, digest_size=12)
-    digest.update(str(st.st_size).encode())
-    return TraceFile(path, fmt, digest.hexdigest(), st.st_mtime_ns, st.st_size)
+    return fmt, st
+
+
+def content_identity(path: Path) -> str:
+    """The digest of a file's whole content (see the module doc), 24 hex digits."""
+    digest = hashlib.sha256()
+    buf = bytearray(_HASH_STEP)
+    view = memoryview(buf)
+    try:
+        with open(path, "rb", buffering=0) as fh:
+            while n := fh.readinto(buf):
+                digest.update(view[:n])
+    except OSError as exc:
+        raise TraceFormatError(f"cannot read: {exc}", subject=path) from exc
+    return digest.hexdigest()[:24]
+
+
+def identify(path: Path) -> TraceFile:
+    """Recognise a trace file and identify it by content, or raise ``TraceFormatError`` saying what is wrong."""
+    fmt, st = recognise(path)
+    return TraceFile(path, fmt, content_identity(path), st.st_mtime_ns, st.st_size)
 
 
 def expand(paths: list[Path]) -> list[Path]:

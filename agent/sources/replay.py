@@ -4,7 +4,9 @@ Every recognised file (``formats.sniff``: ONNX Runtime profiles, Kineto traces, 
 and rocpd databases, rocprof v1/v2 results) is read by ``ingest.ingest_file``: published chunk by
 chunk as one exactly-once range keyed by the file's content identity, so replaying a file the lake
 already holds (the agent restarted, the same file under another name) adds nothing; ``force``
-reads it again. Within a directory, rocTX marker traces go before kernel traces so iterations are
+reads it again. Times in CLOCK_BOOTTIME (rocprofv3, rocprof v1) convert with this host's offset,
+re-anchored for a file recorded on another boot (``clock_anchor``), unless ``clock_offset_ns``
+gives the offset. Within a directory, rocTX marker traces go before kernel traces so iterations are
 known before their kernels. A file that cannot be read is reported and counted; the others go on.
 """
 
@@ -18,11 +20,14 @@ from pydantic import Field, PositiveInt
 
 from aaco.agent.config_base import StrictModel
 from aaco.agent.errors import TraceFormatError
+from aaco.agent.pipeline.clock import ClockOffset
 
 from .base import Source, SourceContext
 from .formats import DEFAULT_MAX_BYTES, expand, identify
 from .ingest import Quarantine, ingest_file
 from .parsers import ITERATIONS_FIRST, context_for
+
+EXPLICIT = "explicit"  # the method of an offset the user gave (never re-anchored)
 
 
 class ReplaySourceConfig(StrictModel):
@@ -34,6 +39,11 @@ class ReplaySourceConfig(StrictModel):
     model: str | None = Field(None, description="Model name for the iterations (default: the file name).")
     max_file_bytes: PositiveInt = Field(DEFAULT_MAX_BYTES, description="Refuse files larger than this.")
     force: bool = Field(False, description="Read files again even if the lake already holds them.")
+    clock_offset_ns: int | None = Field(
+        None,
+        description="Epoch ns minus the traces' CLOCK_BOOTTIME ns (rocprofv3, rocprof v1): used as given for every "
+        "file, instead of this host's offset and the re-anchoring of files from another boot.",
+    )
 
 
 class ReplaySource(Source):
@@ -58,10 +68,12 @@ class ReplaySource(Source):
                 ctx.problem(self.name, os.fspath(path), "unreadable", exc.message, fatal=True, count=1)
         recognised.sort(key=lambda tf: (tf.format not in ITERATIONS_FIRST, str(tf.path)))
         ctx.progress.start(self.name, len(recognised))
+        offset = self.config.clock_offset_ns
+        clock = {"clock": ClockOffset(offset, 0, EXPLICIT)} if offset is not None else {}
         for tf in recognised:
             if ctx.stop.is_set():
                 break
-            tctx = context_for(tf, node=ctx.node, source=self.name, model=self.config.model)
+            tctx = context_for(tf, node=ctx.node, source=self.name, model=self.config.model, **clock)
             key = None if self.config.force else f"file:{tf.identity}"
             result = ingest_file(ctx, self.name, tf, tctx, quarantine, key=key, max_bytes=self.config.max_file_bytes)
             if result.already:

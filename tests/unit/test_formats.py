@@ -83,12 +83,15 @@ def test_read_head_limits_bytes(tmp_path):
 
 
 def test_read_all_refuses_beyond_limit(tmp_path):
+    content = KINETO + b" " * 10_000  # compresses well below its size
     p = tmp_path / "t.json.gz"
-    p.write_bytes(gzip.compress(KINETO))
-    assert read_all(p, max_bytes=len(KINETO)) == KINETO
-    with pytest.raises(TraceFormatError, match="byte limit") as exc:
-        read_all(p, max_bytes=len(KINETO) - 1)
-    assert exc.value.hint
+    p.write_bytes(gzip.compress(content))
+    assert read_all(p, max_bytes=len(content)) == content
+    with pytest.raises(TraceFormatError, match=r"decompressed content passed .* byte limit") as exc:
+        read_all(p, max_bytes=len(content) - 1)
+    assert "max_file_bytes" in exc.value.hint
+    with pytest.raises(TraceFormatError, match=r"file is \d+ bytes, over the 10 byte limit \(max_file_bytes\)"):
+        read_all(p, max_bytes=10)
 
 
 def test_truncated_gzip_is_a_trace_format_error(tmp_path):

@@ -260,7 +260,8 @@ class LakeExporter(Exporter):
     def tick(self) -> None:
         """Commit what is buffered if the flush interval passed (called by the pipeline when idle)."""
         with self._lock:
-            if self._entries and self._clock() - self._last_flush >= self.config.flush_interval_s:
+            due = self._clock() - self._last_flush >= self.config.flush_interval_s
+            if due and (self._entries or self.ledger.foldable()):
                 self.commit()
 
     # -- commits ------------------------------------------------------------------------------------
@@ -301,7 +302,7 @@ class LakeExporter(Exporter):
         """
         with self._lock:
             self._last_flush = self._clock()
-            if not self._entries:
+            if not self._entries and not self.ledger.foldable():
                 return True
             entries, offsets = self._writable()
             if not entries and not offsets and not final:

@@ -133,10 +133,19 @@ class Ledger:
             used += 1
         return offset, used
 
+    def foldable(self) -> bool:
+        """Whether some input has a complete range not yet folded (a commit would move its offset).
+
+        A range with no pieces (a file that gave no rows, or one given up as bad) completes without
+        any batch reaching the lake: this lets the lake commit its offset all the same.
+        """
+        with self._lock:
+            return any(self._advance(inp)[1] for inp in self._inputs.values())
+
     def preview(self, done: list[Range]) -> dict[str, dict[str, Any]]:
         """The offsets that would be committed if the pieces in ``done`` (one entry per piece) were durable.
 
-        Only inputs whose offset moves are returned: ``{key: {"offset", "meta"}}``.
+        Only inputs whose offset moves or that complete a range are returned: ``{key: {"offset", "meta"}}``.
         """
         counts: dict[int, int] = {}
         for r in done:
@@ -147,8 +156,8 @@ class Ledger:
                 inp = self._inputs.get(key)
                 if inp is None:
                     continue
-                offset, _ = self._advance(inp, counts)
-                if offset != inp.committed:
+                offset, used = self._advance(inp, counts)
+                if offset != inp.committed or used:  # an empty range moves no offset but brings its meta
                     out[key] = {"offset": offset, "meta": dict(inp.meta)}
         return out
 

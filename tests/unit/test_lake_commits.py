@@ -225,3 +225,18 @@ def test_corrupt_offsets_file_is_a_clear_error(tmp_path):
     (tmp_path / "lake" / "checkpoints" / "offsets.json").write_text("{not json")
     with pytest.raises(AacoError, match="unreadable checkpoint"):
         lake(tmp_path)
+
+
+def test_a_range_with_no_rows_is_committed_too(tmp_path):
+    """A file that gave no rows (or was given up as bad) still reaches offsets.json: not read again."""
+    led = Ledger()
+    lx = lake(tmp_path, ledger=led)
+    done = led.register("bad-file", 0, 0, {"chunks": 0, "quarantined": True})
+    done.seal()
+    assert led.foldable()
+    assert lx.force_flush(5)
+    saved = json.loads((tmp_path / "lake" / "checkpoints" / "offsets.json").read_text())
+    assert saved["inputs"]["bad-file"]["meta"]["quarantined"] is True
+    assert not led.foldable() and led.pending("bad-file") == 0
+    assert rows(tmp_path) == 0
+    lx.shutdown(5)

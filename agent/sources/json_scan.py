@@ -3,9 +3,10 @@
 ``JsonScanner.feed`` classifies every byte of a block with numpy (quotes, backslashes, newlines,
 brackets), finds the quotes that open or close strings (a quote after an odd run of backslashes is
 escaped), and keeps a running depth of the brackets outside strings. Work is linear in the input
-and memory bounded by the block, whatever the nesting: a document nested deeper than the limit is
-refused at the byte where it passes it (ijson's prefix stack and the standard library's recursion
-grow with depth; yajl and orjson stop at 1024 levels, this stops sooner and says where).
+and memory bounded by the block, whatever the nesting: a document nested deeper than the limit
+stops the scan at the byte where it passes it, the brackets before it kept (ijson's prefix stack
+and the standard library's recursion grow with depth; yajl and orjson stop at 1024 levels, this
+stops sooner and says where).
 
 A raw newline cannot occur inside a valid JSON string, so a newline ends any string the scan
 thinks it is in: a damaged quote costs at most its line, not the rest of the document.
@@ -96,14 +97,19 @@ class JsonScanner:
         depth = self.depth + np.cumsum(step, dtype=np.int64)
         if depth.size == 0:
             return
+        too_deep = None
         if int(depth.max()) > self.max_depth:
             first = int(np.argmax(depth > self.max_depth))
-            raise JsonTooDeepError(base + int(bpos[first]), self.max_depth)
-        self.depth = int(depth[-1])
+            too_deep = JsonTooDeepError(base + int(bpos[first]), self.max_depth)
+            bpos, step, depth = bpos[:first], step[:first], depth[:first]  # what came before it is kept
+        if depth.size:
+            self.depth = int(depth[-1])
         if self.keep:
             sel = np.minimum(depth - step, depth) < self.keep
             if sel.any():
                 self._kept.append((bpos[sel] + base, a[bpos[sel]], depth[sel]))
+        if too_deep is not None:
+            raise too_deep
 
     def _unescaped(self, qpos: np.ndarray, bspos: np.ndarray, size: int) -> np.ndarray:
         """The quotes not escaped by an odd run of backslashes; sets the carry for the next block."""

@@ -19,25 +19,29 @@ Publish a directory's marker traces before its kernel traces so iterations arriv
 from __future__ import annotations
 
 import csv
-import io
+import logging
 import sqlite3
 import zlib
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-import ijson
-import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from aaco.agent.errors import TraceFormatError
 from aaco.agent.pipeline.clock import ClockOffset
 
 from . import rocpd, rocprof_v1, rocprofv3_csv, rocprofv3_json
-from .formats import DEFAULT_MAX_BYTES, TraceFile, read_all
+from .clock_anchor import BootClockCheck
+from .formats import DEFAULT_MAX_BYTES, TraceFile
+from .json_salvage import LoadedJson, load_json
 from .kineto import parse_kineto
 from .ort_profile import parse_ort_profile, profile_extent_us
 from .parsed import ParsedTrace
-from .trace_common import TraceContext, chunks
+from .trace_common import TraceContext, chunks, const
+from .trace_limits import TraceLimits, check_size, read_document
+
+log = logging.getLogger("aaco.sources.parsers")
 
 # Formats whose files hold iterations only: read them before the kernel traces of the same run.
 ITERATIONS_FIRST = frozenset({rocprofv3_csv.FORMAT_API})
@@ -45,41 +49,23 @@ ITERATIONS_FIRST = frozenset({rocprofv3_csv.FORMAT_API})
 TAILABLE = frozenset({rocprofv3_csv.FORMAT_KERNEL, rocprofv3_csv.FORMAT_MEMCPY})
 
 
-def _json(tf: TraceFile, max_bytes: int) -> tuple[object, bool]:
-    """The document, and whether it was cut short (then only the events before the cut are in it)."""
-    data = read_all(tf.path, max_bytes)
-    try:
-        return orjson.loads(data), False
-    except orjson.JSONDecodeError as exc:
-        salvaged = _salvage(data)
-        if salvaged is None:
-            raise TraceFormatError(f"invalid or truncated JSON: {exc}", subject=tf.path) from exc
-        return salvaged, True
+def _json(tf: TraceFile, limits: TraceLimits) -> LoadedJson:
+    """The document, salvaged event by event when damaged (``json_salvage``); the damage said once in the log."""
+    loaded = load_json(read_document(tf.path, limits), tf.path, limits)
+    bad = [b for b in loaded.bad_rows if b.reason == "invalid_json"]
+    if bad:
+        log.warning(
+            "%s: invalid JSON at byte %d (%d place(s)): kept the events around it", tf.path, bad[0].offset, len(bad)
+        )
+    return loaded
 
 
-def _salvage(data: bytes) -> object | None:
-    """The events before the damage of a Chrome-trace JSON (``{"traceEvents": [...]}`` or a list).
-
-    A profile cut short (the writer killed, the disk full) keeps everything up to the cut; ijson
-    reads events one by one until it meets the damage.
-    """
-    text = data.lstrip()
-    prefix = "item" if text.startswith(b"[") else "traceEvents.item"
-    events: list[object] = []
-    try:
-        for ev in ijson.items(io.BytesIO(data), prefix, use_float=True):
-            events.append(ev)
-    except (ijson.JSONError, ValueError):
-        pass
-    if not events:
-        return None
-    return events if prefix == "item" else {"traceEvents": events}
-
-
-def _parse(tf: TraceFile, ctx: TraceContext, max_bytes: int) -> Iterator[ParsedTrace]:
+def _parse(tf: TraceFile, ctx: TraceContext, limits: TraceLimits) -> Iterator[ParsedTrace]:
     fmt = tf.format
+    max_bytes = limits.max_file_bytes if limits.max_file_bytes is not None else DEFAULT_MAX_BYTES
     if fmt == "ort_profile":
-        doc, cut = _json(tf, max_bytes)
+        loaded = _json(tf, limits)
+        doc = loaded.doc
         extent = profile_extent_us(doc) if isinstance(doc, list) else 0
         clock = ClockOffset(tf.mtime_ns - extent * 1000, 10**9, "file-mtime")
         parsed = parse_ort_profile(
@@ -91,11 +77,11 @@ def _parse(tf: TraceFile, ctx: TraceContext, max_bytes: int) -> Iterator[ParsedT
             model=ctx.model,
             source=ctx.source,
         )
-        yield from _rechunk(parsed, ctx, cut)
+        yield from _rechunk(parsed, ctx, loaded)
     elif fmt == "kineto":
-        doc, cut = _json(tf, max_bytes)
+        loaded = _json(tf, limits)
         parsed = parse_kineto(
-            doc,
+            loaded.doc,
             node=ctx.node,
             identity=ctx.identity,
             run_id=ctx.run_id,
@@ -103,15 +89,20 @@ def _parse(tf: TraceFile, ctx: TraceContext, max_bytes: int) -> Iterator[ParsedT
             file_mtime_ns=tf.mtime_ns,
             source=ctx.source,
         )
-        yield from _rechunk(parsed, ctx, cut)
+        yield from _rechunk(parsed, ctx, loaded)
     elif fmt == rocprof_v1.FORMAT_JSON:
-        doc, cut = _json(tf, max_bytes)
-        for i, part in enumerate(rocprof_v1.parse_results_json(doc, ctx)):
-            if cut and i == 0:
-                part.skipped["truncated_json"] += 1
+        loaded = _json(tf, limits)
+        for i, part in enumerate(rocprof_v1.parse_results_json(loaded.doc, ctx)):
+            if i == 0:
+                part.skipped.update(loaded.skipped)
+                part.bad_rows.extend(loaded.bad_rows)
             yield part
     elif fmt == rocprof_v1.FORMAT_CSV:
-        yield from rocprof_v1.parse_results_csv(read_all(tf.path, max_bytes), ctx)
+        doc = read_document(tf.path, limits)
+        for i, part in enumerate(rocprof_v1.parse_results_csv(bytes(doc.data), ctx)):
+            if i == 0 and doc.damage is not None:
+                part.skipped["damaged_gzip"] += 1
+            yield part
     elif fmt in rocprofv3_csv.FORMATS:
         yield from rocprofv3_csv.parse_csv_file(tf.path, ctx, max_bytes)
     elif fmt == rocprofv3_json.FORMAT:
@@ -122,22 +113,75 @@ def _parse(tf: TraceFile, ctx: TraceContext, max_bytes: int) -> Iterator[ParsedT
         raise TraceFormatError(f"no parser for format {fmt!r}", subject=tf.path)
 
 
-def _rechunk(parsed: ParsedTrace, ctx: TraceContext, cut: bool = False) -> Iterator[ParsedTrace]:
+def _rechunk(parsed: ParsedTrace, ctx: TraceContext, loaded: LoadedJson) -> Iterator[ParsedTrace]:
     """A whole-file result as chunks, keeping its own clock (Kineto and ORT anchor time themselves)."""
-    skipped = parsed.skipped + Counter({"truncated_json": 1} if cut else {})
-    for part in chunks(parsed.format, ctx, parsed.kernels, parsed.iterations, skipped=skipped, pids=parsed.pids):
+    parts = chunks(
+        parsed.format,
+        ctx,
+        parsed.kernels,
+        parsed.iterations,
+        skipped=parsed.skipped + loaded.skipped,
+        bad_rows=list(parsed.bad_rows) + loaded.bad_rows,
+        pids=parsed.pids,
+        devices=parsed.devices,
+    )
+    for i, part in enumerate(parts):
         part.clock = parsed.clock
+        if i == 0:
+            part.model, part.anchor_raw_ns = parsed.model, parsed.anchor_raw_ns
         yield part
 
 
-def parse_any(tf: TraceFile, ctx: TraceContext, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Iterator[ParsedTrace]:
+def _model_stamp(parts: Iterator[ParsedTrace], tf: TraceFile, ctx: TraceContext) -> Iterator[ParsedTrace]:
+    """Kernels of a file without iteration markers get a model: the user's, else the file's, else its stem.
+
+    The correlator keeps a model a source stamped (it fills only the gaps), so nothing is stamped
+    when the file has iterations, or when a rocprofv3 CSV's marker trace beside it gives them.
+    """
+    label: str | None = None
+    for i, part in enumerate(parts):
+        if i == 0 and part.iterations.num_rows == 0 and not _iterations_beside(tf):
+            stem = model_from_path(tf.path)
+            label = ctx.model if ctx.model != stem else (part.model or stem)
+        if label is not None and part.kernels.num_rows:
+            part.kernels = _with_model(part.kernels, label)
+        yield part
+
+
+def _iterations_beside(tf: TraceFile) -> bool:
+    return tf.format in TAILABLE and "marker_api_trace.csv" in rocprofv3_csv.companions(tf.path)
+
+
+def _with_model(kernels: pa.Table, label: str) -> pa.Table:
+    """``kernels`` with null models (or no model column) set to ``label``."""
+    n = kernels.num_rows
+    if "model" not in kernels.column_names:
+        return kernels.append_column("model", const(label, n))
+    i = kernels.schema.get_field_index("model")
+    col = kernels.column(i)
+    if col.null_count == 0:
+        return kernels
+    filled = pc.coalesce(col.cast(pa.string()), pa.scalar(label, pa.string()))
+    return kernels.set_column(i, "model", filled)
+
+
+def parse_any(
+    tf: TraceFile, ctx: TraceContext, *, max_bytes: int = DEFAULT_MAX_BYTES, limits: TraceLimits | None = None
+) -> Iterator[ParsedTrace]:
     """Parse a recognised trace file into ``ParsedTrace`` chunks (see the module doc).
 
-    Raises ``TraceFormatError`` (naming the file) when the file cannot be read or is not the format
-    it looked like; bad rows inside a readable file never raise.
+    ``limits`` bound the work (``trace_limits``; default: ``max_bytes`` on disk and decompressed,
+    the default ratio and depth bounds); the size on disk is checked before reading. Times of a
+    CLOCK_BOOTTIME trace recorded on another boot are re-anchored (``clock_anchor``), and kernels
+    of a file without iterations take a model (``_model_stamp``). Raises ``TraceFormatError``
+    (naming the file) when the file cannot be read or is not the format it looked like; bad rows
+    inside a readable file never raise.
     """
+    limits = limits or TraceLimits(max_file_bytes=max_bytes)
     try:
-        yield from _parse(tf, ctx, max_bytes)
+        check_size(tf.path, limits)
+        parts = BootClockCheck(tf, ctx).apply(_parse(tf, ctx, limits))
+        yield from _model_stamp(parts, tf, ctx)
     except TraceFormatError:
         raise
     except (ValueError, OSError, EOFError, zlib.error, csv.Error, sqlite3.Error) as exc:

@@ -181,6 +181,7 @@ class TraceStream(io.RawIOBase):
         self._guard = json_guard
         self._scanner: JsonScanner | None = None
         self._sniffed = False
+        self._too_deep: JsonDepthError | None = None
 
     def readable(self) -> bool:
         """A trace stream is readable."""
@@ -235,6 +236,8 @@ class TraceStream(io.RawIOBase):
         super().close()
 
     def _step(self, n: int) -> bytes:
+        if self._too_deep is not None:
+            raise self._too_deep
         if n <= 0:
             return b""
         data = self._gz.read(n) if self._gz is not None else self._raw.read(n)
@@ -254,30 +257,46 @@ class TraceStream(io.RawIOBase):
                 hint="raise max_gzip_ratio in the trace limits if this file is genuine",
             )
         if self._guard:
-            self._scan(data)
+            data = self._scan(data)
         return data
 
-    def _scan(self, data: bytes) -> None:
+    def _scan(self, data: bytes) -> bytes:
+        """``data`` up to where it nests deeper than the limit (then the next read raises that)."""
         if not self._sniffed:
             head = data.lstrip(b" \t\r\n\xef\xbb\xbf")
             if not head:
-                return
+                return data
             self._sniffed = True
             if head[:1] in (b"{", b"["):
                 self._scanner = JsonScanner(self.limits.max_json_depth)
-            data_offset = self.position - len(data)
-            if self._scanner is not None:
-                self._scanner.offset = data_offset
-        if self._scanner is not None:
-            try:
-                self._scanner.feed(data)
-            except JsonTooDeepError as exc:
-                raise json_depth_error(exc, self.path) from None
+                self._scanner.offset = self.position - len(data)
+        if self._scanner is None:
+            return data
+        start = self._scanner.offset
+        try:
+            self._scanner.feed(data)
+        except JsonTooDeepError as exc:
+            self._too_deep = json_depth_error(exc, self.path)
+            self.position = exc.offset
+            if exc.offset == start:
+                raise self._too_deep from None
+            return data[: exc.offset - start]
+        return data
 
 
-def json_depth_error(exc: JsonTooDeepError, path: Path) -> TraceLimitError:
+class JsonDepthError(TraceLimitError, ValueError):
+    """Content nested deeper than ``max_json_depth``.
+
+    A ``ValueError`` too, so that a streaming JSON parser that keeps the rows before a damage does
+    so here; ``reason`` names what to count.
+    """
+
+    reason = "json_too_deep"
+
+
+def json_depth_error(exc: JsonTooDeepError, path: Path) -> JsonDepthError:
     """The error for a document nested deeper than ``max_json_depth``."""
-    return TraceLimitError(
+    return JsonDepthError(
         f"JSON nested deeper than {exc.limit} levels at byte {exc.offset} (real traces nest less than 10 deep)",
         subject=path,
         limit="max_json_depth",

@@ -16,13 +16,13 @@ from aaco.agent.pipeline.schemas import conform
 from aaco.agent.sources.formats import TraceFile, identify
 from aaco.agent.sources.parsers import ITERATIONS_FIRST, TAILABLE, context_for, model_from_path, parse_any
 
-CLOCK = ClockOffset(7_000_000_000, 1, "test")
+CLOCK = ClockOffset(1_700_000_000 * 10**9, 1, "test")  # an explicit offset: no re-anchoring
 
 
 def run(path: Path):
     tf = identify(path)
     parts = list(parse_any(tf, context_for(tf, node="node-1", source="replay", clock=CLOCK)))
-    kernels = pa.Table.from_batches([conform("kernels", p.kernels) for p in parts])
+    kernels = pa.Table.from_batches([conform("kernels", p.kernels) for p in parts if p.kernels.num_rows])
     iterations = pa.Table.from_batches([conform("iterations", p.iterations) for p in parts])
     return tf, parts, kernels, iterations
 

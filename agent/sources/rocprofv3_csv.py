@@ -296,7 +296,8 @@ def _blocks(path: Path, cut: _Cut, block: int = READ_BLOCK) -> Iterator[tuple[by
     longer than ``MAX_LINE_BYTES`` is handed on as it is (it will be a bad row), bounding memory.
     """
     offset = 0
-    pending = b""
+    parts: list[bytes] = []  # joined once a block is full: appending to one bytes object would copy it each step
+    size = 0
     with _open(path) as fh:
         while True:
             try:
@@ -306,18 +307,22 @@ def _blocks(path: Path, cut: _Cut, block: int = READ_BLOCK) -> Iterator[tuple[by
                 break
             if not data:
                 break
-            pending += data
-            if len(pending) < block and len(pending) < MAX_LINE_BYTES:
+            parts.append(data)
+            size += len(data)
+            if size < block and size < MAX_LINE_BYTES:
                 continue
-            end = pending.rfind(b"\n") + 1
-            if end == 0 and len(pending) < MAX_LINE_BYTES:
+            buf = b"".join(parts)
+            end = buf.rfind(b"\n") + 1
+            if end == 0 and len(buf) < MAX_LINE_BYTES:
+                parts = [buf]
                 continue
-            end = end or len(pending)
-            yield pending[:end], offset
+            end = end or len(buf)
+            yield buf[:end], offset
             offset += end
-            pending = pending[end:]
-    if pending:
-        yield pending, offset
+            rest = buf[end:]
+            parts, size = ([rest] if rest else []), len(rest)
+    if parts:
+        yield b"".join(parts), offset
 
 
 def _anchor(path: Path, decoder: Rocprofv3CsvDecoder) -> int | None:

@@ -15,7 +15,8 @@ Two measures of the same work, both reported:
 - throughput: in this process, the replay pipeline from start to a flushed lake (``AgentService``)
   against the ``read_csv`` call alone — start-up excluded on both sides.
 
-The median of ``--rounds`` runs is reported. Prints one JSON line.
+The median of ``--rounds`` runs is reported, the rounds of a comparison interleaved (bare, aaco,
+bare, aaco, ...). Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -51,9 +52,13 @@ def measure(args: list[str]) -> tuple[float, int]:
     return wall, usage.ru_maxrss * 1024
 
 
-def median_run(args_for, rounds: int) -> tuple[float, int]:
-    runs = [measure(args_for(i)) for i in range(rounds)]
-    return statistics.median(w for w, _ in runs), max(r for _, r in runs)
+def median_runs(args_for: dict[str, object], rounds: int) -> dict[str, tuple[float, int]]:
+    """(median wall seconds, peak RSS bytes) of each named command, rounds interleaved (a, b, a, b, ...)."""
+    runs: dict[str, list[tuple[float, int]]] = {name: [] for name in args_for}
+    for i in range(rounds):
+        for name, args in args_for.items():
+            runs[name].append(measure(args(i)))  # type: ignore[operator]
+    return {n: (statistics.median(w for w, _ in r), max(x for _, x in r)) for n, r in runs.items()}
 
 
 def in_process(csv_path: Path, lake: Path, rows: int) -> tuple[float, float]:
@@ -94,19 +99,24 @@ def main() -> None:
         csv_path = work / "1234_kernel_trace.csv"
         rows, _ = tracegen.rocprofv3_csv(SAMPLES, csv_path, args.rows)
         bare_code = f"import pyarrow.csv as c; t = c.read_csv({str(csv_path)!r}); assert t.num_rows == {rows}"
-        bare_wall, bare_rss = median_run(lambda _i: [sys.executable, "-c", bare_code], args.rounds)
-        aaco_wall, aaco_rss = median_run(
-            lambda i: [AACO, "replay", str(csv_path), "--out", str(work / f"lake{i}"), "--force"], args.rounds
+        timed = median_runs(
+            {
+                "bare": lambda _i: [sys.executable, "-c", bare_code],
+                "aaco": lambda i: [AACO, "replay", str(csv_path), "--out", str(work / f"lake{i}"), "--force"],
+            },
+            args.rounds,
         )
+        (bare_wall, bare_rss), (aaco_wall, aaco_rss) = timed["bare"], timed["aaco"]
         tp = [in_process(csv_path, work / f"tlake{i}", rows) for i in range(args.rounds)]
         tp_bare = statistics.median(b for b, _ in tp)
         tp_aaco = statistics.median(a for _, a in tp)
         kineto_path = work / "trace.json"
         kernels, _ = tracegen.kineto(SAMPLES, kineto_path, args.kineto_kernels)
         events = kernels * 2 + -(-kernels // 1000)  # kernels, their launches, ProfilerSteps
-        k_wall, k_rss = median_run(
-            lambda i: [AACO, "replay", str(kineto_path), "--out", str(work / f"klake{i}"), "--force"], args.rounds
-        )
+        k_wall, k_rss = median_runs(
+            {"kineto": lambda i: [AACO, "replay", str(kineto_path), "--out", str(work / f"klake{i}"), "--force"]},
+            args.rounds,
+        )["kineto"]
         csv_mb = csv_path.stat().st_size / 1e6
     ratio = bare_wall / aaco_wall
     print(

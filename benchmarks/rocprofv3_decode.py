@@ -58,7 +58,8 @@ def main() -> None:
         path = Path(d) / "bench_kernel_trace.csv"
         build(path, args.rows)
         tf = identify(path)
-        ctx = context_for(tf, node="bench", source="bench", clock=ClockOffset(0, 0, "bench"))
+        # an epoch offset that puts the sample's BOOTTIME stamps in 2023 (offset 0 would be 1970: out of range)
+        ctx = context_for(tf, node="bench", source="bench", clock=ClockOffset(1_700_000_000 * 10**9, 0, "bench"))
         base_t, aaco_t = [], []
         rows = 0
         for _ in range(args.rounds):

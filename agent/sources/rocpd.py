@@ -191,9 +191,9 @@ def _launches(con: sqlite3.Connection, window: TimeWindow, skipped: Counter[str]
     names: dict[str, int] = {}
     for raw_s, raw_e, p, t, raw_c, name, _msg, _cat in _regions(con, "C.string LIKE 'HIP\\_%' ESCAPE '\\'"):
         c, s, e = sql_u64(raw_c), sql_int(raw_s), sql_int(raw_e)
-        if c is None or s is None or e is None:
-            continue
         reason = "int_out_of_range" if c is OUT_OF_RANGE else window.reason(s, e)
+        if reason is None and c is None:
+            reason = "missing_value"
         if reason is not None:
             skipped[reason] += 1
             continue
@@ -222,11 +222,12 @@ def _iterations(con: sqlite3.Connection, ctx: TraceContext, skipped: Counter[str
     starts, ends, pids, tids, names, keys = [], [], [], [], [], []
     for raw_s, raw_e, p, t, c, name, msg, _cat in _regions(con, f"C.string IN ({cats})"):
         s, e = sql_int(raw_s), sql_int(raw_e)
-        if s is None or e is None or s is OUT_OF_RANGE or e is OUT_OF_RANGE or e <= s:
+        reason = window.reason(s, e)
+        if reason is not None:
+            skipped[reason] += 1
             continue
-        if window.reason(s, e) is not None:
-            skipped["time_out_of_range"] += 1
-            continue
+        if e <= s:
+            continue  # a mark (roctxMarkA), not a range
         starts.append(s + ctx.clock.offset_ns)
         ends.append(e + ctx.clock.offset_ns)
         pid, tid = sql_id(p), sql_id(t)

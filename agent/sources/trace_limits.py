@@ -194,7 +194,7 @@ class TraceStream(io.RawIOBase):
     def read(self, size: int | None = -1) -> bytes:
         """Up to ``size`` bytes (all that is left for None or a negative size), read in bounded steps.
 
-        A damage after some bytes of this read ends it there; the next read raises it.
+        A damage (or the depth limit) after some bytes of this read ends it there; the next read raises it.
         """
         if size is None or size < 0:
             return self.readall()
@@ -203,7 +203,7 @@ class TraceStream(io.RawIOBase):
         while want > 0:
             try:
                 piece = self._step(min(want, READ_STEP))
-            except (EOFError, zlib.error):
+            except (EOFError, zlib.error, JsonDepthError):
                 if parts:
                     break
                 raise

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from aaco.agent.errors import TraceFormatError
-from aaco.agent.sources.formats import expand, identify, read_all, read_head, sniff
+from aaco.agent.sources.formats import expand, identify, read_all, read_head, recognise, sniff
 
 ORT = (
     b'[\n{"cat" : "Session","pid" :1,"tid" :1,"dur" :5,"ts" :1,"ph" : "X","name" :"model_loading_uri","args" : {}}\n]\n'
@@ -188,3 +189,37 @@ def test_expand_directory_below_a_hidden_one(tmp_path, monkeypatch, how):
         shutil.copy(d / "a.json", tmp_path / "work" / "a.json")
         monkeypatch.chdir(tmp_path / "work")
         assert expand([Path("../work")]) == [Path("../work/a.json")]
+
+
+def test_identity_is_the_whole_content(tmp_path):
+    head = KINETO[:-1] + b', "pad": "' + b"x" * (70 * 1024) + b'", "v": '
+    a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "sub" / "c.json"
+    a.write_bytes(head + b"1}")
+    b.write_bytes(head + b"2}")  # same size, same first 64 KiB and more: another file
+    c.parent.mkdir()
+    c.write_bytes(a.read_bytes())  # the same content elsewhere: the same file
+    ia, ib, ic = identify(a), identify(b), identify(c)
+    assert ia.size == ib.size
+    assert read_head(a) == read_head(b)
+    assert ia.identity != ib.identity
+    assert ia.identity == ic.identity == hashlib.sha256(a.read_bytes()).hexdigest()[:24]
+
+
+def test_recognise_gives_the_format_without_reading_it_all(tmp_path):
+    p = tmp_path / "t.json"
+    p.write_bytes(KINETO)
+    fmt, st = recognise(p)
+    assert fmt == "kineto" and st.st_size == len(KINETO)
+
+
+def test_special_files_are_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "trace.json"
+    os.mkfifo(fifo)  # opening it would wait for a writer forever
+    with pytest.raises(TraceFormatError, match="not a regular file"):
+        identify(fifo)
+    loop = tmp_path / "loop.json"
+    loop.symlink_to(tmp_path / "loop2.json")
+    (tmp_path / "loop2.json").symlink_to(loop)
+    with pytest.raises(TraceFormatError, match="cannot stat") as exc:
+        identify(loop)
+    assert exc.value.subject == os.fspath(loop)

@@ -21,7 +21,7 @@ from aaco.agent.sources.trace_common import TraceContext
 
 from .test_rocprof_json import build
 
-CLOCK = ClockOffset(0, 0, "test")
+CLOCK = ClockOffset(1_700_000_000 * 10**9, 0, "test")  # events land in 2023, inside 1990..2100
 CTX = TraceContext("n", "id", "run", "m", "rocprofv3", CLOCK)
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -40,7 +40,8 @@ def key(line: bytes) -> tuple[int, int]:
 
 
 def keys(table: pa.Table) -> set[tuple[int, int]]:
-    return set(zip(table["correlation_id"].to_pylist(), table["start_ns"].to_pylist(), strict=True))
+    raw = [t - CLOCK.offset_ns for t in table["start_ns"].to_pylist()]
+    return set(zip(table["correlation_id"].to_pylist(), raw, strict=True))
 
 
 def decode(header: bytes, body: bytes):

@@ -15,6 +15,7 @@ from aaco.agent.pipeline.clock import ClockOffset
 from aaco.agent.pipeline.schemas import conform
 from aaco.agent.sources.formats import TraceFile, identify
 from aaco.agent.sources.parsers import ITERATIONS_FIRST, TAILABLE, context_for, model_from_path, parse_any
+from tests.support import tracegen
 
 CLOCK = ClockOffset(1_700_000_000 * 10**9, 1, "test")  # an explicit offset: no re-anchoring
 
@@ -131,3 +132,30 @@ def test_helpers():
     assert model_from_path(Path("/x/1234_kernel_trace.csv.gz")) == "1234_kernel_trace"
     assert "rocprofv3_api_csv" in ITERATIONS_FIRST
     assert {"rocprofv3_kernel_csv", "rocprofv3_memcpy_csv"} == TAILABLE
+
+
+def kernel_models(path: Path, **kw) -> set:
+    tf = identify(path)
+    parts = list(parse_any(tf, context_for(tf, node="n", source="s", **kw)))
+    k = pa.Table.from_batches([conform("kernels", p.kernels) for p in parts if p.kernels.num_rows])
+    return set(k["model"].to_pylist())
+
+
+def test_files_without_iterations_name_their_model(tmp_path, samples):
+    json_trace = tmp_path / "4242_results.json"
+    info = tracegen.rocprofv3_json(json_trace, 30, 2)  # metadata command: python3 train_llm.py --steps 10
+    assert info["kernels"] == 30
+    assert kernel_models(json_trace) == {"train_llm"}
+    assert kernel_models(json_trace, model="bert") == {"bert"}  # the user's name wins
+    assert kernel_models(samples / "kineto/a100_alexnet_trace.json.gz") == {"a100_alexnet_trace"}  # the stem
+    csv = tmp_path / "run_kernel_trace.csv"
+    csv.write_bytes((samples / "rocprofv3/kernel_trace.csv").read_bytes())
+    assert kernel_models(csv, clock=CLOCK) == {"run_kernel_trace"}
+
+
+def test_files_with_iterations_leave_the_model_to_them(tmp_path, samples):
+    assert kernel_models(samples / "kineto/mi250_minitoy_train_ROCm6_2_kineto.json.gz") == {None}
+    csv = tmp_path / "run_kernel_trace.csv"
+    csv.write_bytes((samples / "rocprofv3/kernel_trace.csv").read_bytes())
+    (tmp_path / "run_marker_api_trace.csv").write_text('"Domain","Function","Start_Timestamp","End_Timestamp"\n')
+    assert kernel_models(csv, clock=CLOCK) == {None}  # the marker trace beside it gives the iterations

@@ -73,13 +73,18 @@ FORMATS = (
 
 @dataclass(frozen=True)
 class TraceFile:
-    """A trace file that was recognised: its path, format, content identity and modification time."""
+    """A trace file that was recognised: its path, format, content identity and modification time.
+
+    ``limits``: the bounds its source reads it within (None: the defaults; ``parse_any``'s
+    ``max_bytes`` sets the size bound either way).
+    """
 
     path: Path
     format: str
     identity: str
     mtime_ns: int
     size: int
+    limits: TraceLimits | None = None
 
 
 def _open(path: Path) -> TraceStream:

@@ -23,6 +23,7 @@ import logging
 import sqlite3
 import zlib
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -170,14 +171,14 @@ def parse_any(
 ) -> Iterator[ParsedTrace]:
     """Parse a recognised trace file into ``ParsedTrace`` chunks (see the module doc).
 
-    ``limits`` bound the work (``trace_limits``; default: ``max_bytes`` on disk and decompressed,
-    the default ratio and depth bounds); the size on disk is checked before reading. Times of a
+    ``limits`` bound the work (``trace_limits``; default: the file's own ``tf.limits`` or the
+    defaults, with ``max_bytes`` on disk and decompressed); the size on disk is checked before reading. Times of a
     CLOCK_BOOTTIME trace recorded on another boot are re-anchored (``clock_anchor``), and kernels
     of a file without iterations take a model (``_model_stamp``). Raises ``TraceFormatError``
     (naming the file) when the file cannot be read or is not the format it looked like; bad rows
     inside a readable file never raise.
     """
-    limits = limits or TraceLimits(max_file_bytes=max_bytes)
+    limits = limits or replace(tf.limits or TraceLimits(), max_file_bytes=max_bytes)
     try:
         check_size(tf.path, limits)
         parts = BootClockCheck(tf, ctx).apply(_parse(tf, ctx, limits))

@@ -13,6 +13,7 @@ known before their kernels. A file that cannot be read is reported and counted; 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -26,6 +27,7 @@ from .base import Source, SourceContext
 from .formats import DEFAULT_MAX_BYTES, expand, identify
 from .ingest import Quarantine, ingest_file
 from .parsers import ITERATIONS_FIRST, context_for
+from .trace_limits import TraceLimits
 
 EXPLICIT = "explicit"  # the method of an offset the user gave (never re-anchored)
 
@@ -37,7 +39,18 @@ class ReplaySourceConfig(StrictModel):
     name: str | None = Field(None, description="Source name in metrics and logs (default: the type).")
     paths: list[Path] = Field(..., min_length=1, description="Trace files, or directories of them (recursive).")
     model: str | None = Field(None, description="Model name for the iterations (default: the file name).")
-    max_file_bytes: PositiveInt = Field(DEFAULT_MAX_BYTES, description="Refuse files larger than this.")
+    max_file_bytes: PositiveInt = Field(
+        DEFAULT_MAX_BYTES, description="Refuse files larger than this, on disk or decompressed."
+    )
+    max_gzip_ratio: PositiveInt = Field(
+        TraceLimits.max_gzip_ratio,
+        description="Stop a gzip file that expands more than this many times its size (past 256 MiB): a bomb.",
+    )
+    max_json_depth: PositiveInt = Field(
+        TraceLimits.max_json_depth,
+        le=1024,  # orjson and yajl stop at 1024 levels themselves
+        description="A JSON trace nested deeper than this ends there (real ones: < 10).",
+    )
     force: bool = Field(False, description="Read files again even if the lake already holds them.")
     clock_offset_ns: int | None = Field(
         None,
@@ -60,10 +73,12 @@ class ReplaySource(Source):
     def run(self, ctx: SourceContext) -> None:
         """Replay every file, reporting the ones that fail."""
         quarantine = Quarantine(ctx.quarantine)
+        cfg = self.config
+        limits = TraceLimits(cfg.max_file_bytes, max_gzip_ratio=cfg.max_gzip_ratio, max_json_depth=cfg.max_json_depth)
         recognised = []
         for path in expand(list(self.config.paths)):
             try:
-                recognised.append(identify(path))
+                recognised.append(replace(identify(path), limits=limits))
             except TraceFormatError as exc:
                 ctx.problem(self.name, os.fspath(path), "unreadable", exc.message, fatal=True, count=1)
         recognised.sort(key=lambda tf: (tf.format not in ITERATIONS_FIRST, str(tf.path)))

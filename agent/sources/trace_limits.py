@@ -40,7 +40,10 @@ _RECOVER_STEP = 512  # compressed bytes fed at once when finding the output befo
 
 @dataclass(frozen=True)
 class TraceLimits:
-    """The bounds on one trace file (see the module doc); ``max_file_bytes`` None: no size bound."""
+    """The bounds on one trace file (see the module doc); ``max_file_bytes`` None: no size bound.
+
+    Sources name them in their config (``max_file_bytes``, ``max_gzip_ratio``, ``max_json_depth``).
+    """
 
     max_file_bytes: int | None = DEFAULT_MAX_BYTES
     max_gzip_ratio: int = 200
@@ -250,11 +253,11 @@ class TraceStream(io.RawIOBase):
         gz = self._gz
         if gz is not None and limits.max_gzip_ratio * max(gz.consumed, 1) < self.position > limits.gzip_grace_bytes:
             raise TraceLimitError(
-                f"gzip content expands more than {limits.max_gzip_ratio} times its compressed size "
-                f"({self.position} bytes from {gz.consumed}): a decompression bomb? stopped there",
+                f"gzip content expands more than {limits.max_gzip_ratio} times (max_gzip_ratio) its compressed "
+                f"size ({self.position} bytes from {gz.consumed}): a decompression bomb? stopped there",
                 subject=self.path,
                 limit="max_gzip_ratio",
-                hint="raise max_gzip_ratio in the trace limits if this file is genuine",
+                hint="raise max_gzip_ratio in the source config if this file is genuine",
             )
         if self._guard:
             data = self._scan(data)
@@ -297,10 +300,11 @@ class JsonDepthError(TraceLimitError, ValueError):
 def json_depth_error(exc: JsonTooDeepError, path: Path) -> JsonDepthError:
     """The error for a document nested deeper than ``max_json_depth``."""
     return JsonDepthError(
-        f"JSON nested deeper than {exc.limit} levels at byte {exc.offset} (real traces nest less than 10 deep)",
+        f"JSON nested deeper than {exc.limit} levels (max_json_depth) at byte {exc.offset}; real traces nest "
+        "less than 10 deep",
         subject=path,
         limit="max_json_depth",
-        hint="raise max_json_depth in the trace limits if this file is genuine",
+        hint="raise max_json_depth in the source config if this file is genuine",
     )
 
 

@@ -138,3 +138,42 @@ def test_help_on_every_command(aaco_bin):
         proc = run_aaco(aaco_bin, *args, "--help")
         assert proc.returncode == 0, args
         assert "Usage" in proc.stdout
+
+
+def test_damaged_json_is_named_for_what_it_is(tmp_path, aaco_bin, samples):
+    data = gzip.decompress((samples / "kineto" / "a100_alexnet_trace.json.gz").read_bytes())
+    at = data.index(b'"cat": "kernel"', len(data) // 2)
+    broken = tmp_path / "broken.json"
+    broken.write_bytes(data[:at] + b'"cat" "kernel"' + data[at + len(b'"cat": "kernel"') :])  # one event
+    out = tmp_path / "D"
+    proc = run_aaco(aaco_bin, "replay", str(broken), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "invalid JSON at byte" in proc.stderr and "truncated" not in proc.stderr
+    from .helpers import read_lake
+
+    assert read_lake(out, "kernels").num_rows == 98 - 1  # every GPU event but the broken one
+    junk = tmp_path / "junk.json"
+    head = b'{"schemaVersion": 1, "traceEvents": ['
+    junk.write_bytes(head + b"not json at all]}")
+    proc = run_aaco(aaco_bin, "replay", str(junk), "--out", str(tmp_path / "E"))
+    assert_clean_error(proc, str(junk), f"invalid JSON at byte {len(head)}")
+    assert "truncated" not in proc.stderr
+
+
+def test_deep_nesting_names_the_limit(tmp_path, aaco_bin):
+    deep = tmp_path / "deep.json"
+    deep.write_bytes(b'{"schemaVersion": 1, "traceEvents": ' + b"[" * 200_000)
+    proc = run_aaco(aaco_bin, "replay", str(deep), "--out", str(tmp_path / "D"))
+    assert_clean_error(proc, str(deep), "nested deeper than 128 levels (max_json_depth) at byte 163")
+
+
+def test_damaged_gzip_keeps_the_rows_before_the_damage(tmp_path, aaco_bin, samples):
+    raw = (samples / "kineto" / "a100_alexnet_trace.json.gz").read_bytes()
+    bad = tmp_path / "half.json.gz"
+    bad.write_bytes(raw[: len(raw) // 2])
+    out = tmp_path / "D"
+    proc = run_aaco(aaco_bin, "replay", str(bad), "--out", str(out))
+    assert_clean_error(proc, str(bad), "truncated JSON", "damaged_gzip")
+    from .helpers import read_lake
+
+    assert 0 < read_lake(out, "kernels").num_rows < 98

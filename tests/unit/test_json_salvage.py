@@ -7,6 +7,7 @@ import io
 import json
 import zlib
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import ijson
@@ -16,7 +17,7 @@ from aaco.agent.errors import TraceFormatError
 from aaco.agent.sources.formats import identify
 from aaco.agent.sources.json_salvage import load_json
 from aaco.agent.sources.parsers import context_for, parse_any
-from aaco.agent.sources.trace_limits import Document, TraceLimits
+from aaco.agent.sources.trace_limits import Document, JsonDepthError, TraceLimits
 
 SAMPLE = "kineto/a100_alexnet_trace.json.gz"
 GPU = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
@@ -146,3 +147,9 @@ def test_the_rest_of_the_document_is_kept_around_the_events():
     cut = load_json(Document(bytearray(doc[:60])), Path("r.json"), TraceLimits())
     assert cut.doc == {"traceEvents": [{"ph": "X", "name": "a", "ts": 1}]}
     assert dict(cut.skipped) == {"truncated_json": 1}
+
+
+def test_the_files_own_limits_apply(tmp_path, content):
+    tf = replace(identify(write(tmp_path, content[: len(content) // 2])), limits=TraceLimits(max_json_depth=2))
+    with pytest.raises(JsonDepthError, match=r"nested deeper than 2 levels \(max_json_depth\)"):
+        list(parse_any(tf, context_for(tf, node="n", source="s")))

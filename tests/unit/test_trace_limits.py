@@ -152,7 +152,8 @@ def test_stream_stops_at_the_depth_limit_after_the_bytes_before(tmp_path):
     p = tmp_path / "deep.json"
     p.write_bytes(head + b"[" * 200_000)
     got = []
-    with open_trace(p) as fh, pytest.raises(JsonDepthError, match=r"nested deeper than 128 levels at byte") as exc:
+    deep = r"nested deeper than 128 levels \(max_json_depth\) at byte"
+    with open_trace(p) as fh, pytest.raises(JsonDepthError, match=deep) as exc:
         while piece := fh.read(4096):
             got.append(piece)
     data = b"".join(got)
@@ -253,4 +254,4 @@ def test_refusal_names_the_file(tmp_path):
     with pytest.raises(TraceFormatError) as exc:
         list(parse_any(tf, context_for(tf, node="n", source="s")))
     assert exc.value.subject == os.fspath(p)
-    assert f"nested deeper than 128 levels at byte {len(head) + 127}" in exc.value.message  # the 128th [
+    assert f"nested deeper than 128 levels (max_json_depth) at byte {len(head) + 127}" in exc.value.message

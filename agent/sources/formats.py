@@ -26,7 +26,15 @@ from pathlib import Path
 
 from aaco.agent.errors import TraceFormatError
 
-from .trace_limits import DEFAULT_MAX_BYTES, GZIP_MAGIC, TraceLimits, TraceStream, open_trace, read_document
+from .trace_limits import (
+    DEFAULT_MAX_BYTES,
+    GZIP_MAGIC,
+    TraceLimits,
+    TraceStream,
+    open_regular,
+    open_trace,
+    read_document,
+)
 
 __all__ = [  # GZIP_MAGIC and DEFAULT_MAX_BYTES are defined in trace_limits; the other readers take them from here
     "DEFAULT_MAX_BYTES",
@@ -165,7 +173,7 @@ def content_identity(path: Path) -> str:
     buf = bytearray(_HASH_STEP)
     view = memoryview(buf)
     try:
-        with open(path, "rb", buffering=0) as fh:
+        with open_regular(path) as fh:
             while n := fh.readinto(buf):
                 digest.update(view[:n])
     except OSError as exc:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,12 +71,30 @@ def size_error(size: int, limit: int, path: Path, decompressed: bool) -> TraceLi
     )
 
 
-def check_size(path: Path, limits: TraceLimits) -> os.stat_result:
-    """``stat`` the file and refuse it before reading when it is larger than ``max_file_bytes``."""
-    st = os.stat(path)
+def check_size(path: Path, limits: TraceLimits, st: os.stat_result | None = None) -> os.stat_result:
+    """``stat`` the file and refuse it before reading: not a regular file, or larger than ``max_file_bytes``."""
+    st = st or os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise TraceFormatError("not a regular file (a FIFO, socket, device or directory)", subject=path)
     if limits.max_file_bytes is not None and st.st_size > limits.max_file_bytes:
         raise size_error(st.st_size, limits.max_file_bytes, path, False)
     return st
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading, refused without blocking when it is not a regular file.
+
+    O_NONBLOCK keeps a FIFO put in a file's place (a rotating spool) from waiting for a writer;
+    it changes nothing for a regular file.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise TraceFormatError("not a regular file (a FIFO, socket, device or directory)", subject=path)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 class _Gunzip:
@@ -169,11 +188,9 @@ class TraceStream(io.RawIOBase):
         super().__init__()
         self.path = path
         self.limits = limits
-        self._raw = open(path, "rb")  # noqa: SIM115 - closed by close()
+        self._raw = open_regular(path)
         try:
-            st = os.fstat(self._raw.fileno())
-            if limits.max_file_bytes is not None and st.st_size > limits.max_file_bytes:
-                raise size_error(st.st_size, limits.max_file_bytes, path, False)
+            check_size(path, limits, os.fstat(self._raw.fileno()))
             self.compressed = self._raw.read(2) == GZIP_MAGIC
             self._raw.seek(0)
         except BaseException:

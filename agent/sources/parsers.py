@@ -4,9 +4,14 @@
 chunks: at most ``trace_common.CHUNK_ROWS`` kernels each, iterations (and the devices, skipped
 counts and bad rows found so far) on the first, so a caller can publish chunk by chunk. Large
 formats stream (rocprofv3 CSV in blocks of lines, rocprofv3 JSON with ijson, rocpd with SQLite
-cursors); ONNX Runtime profiles, Kineto traces and rocprof v1 results.json are read whole (within
-``max_bytes``). A file that cannot be read at all raises ``TraceFormatError``; bad rows inside a
-readable file are skipped, counted and listed on the chunks instead.
+cursors); ONNX Runtime profiles, Kineto traces and rocprof v1 results.json are read whole. Every
+file is read within ``trace_limits`` (its size checked before reading, gzip streamed and bounded,
+JSON depth bounded), and a damaged JSON document keeps its good events (``json_salvage``). A file
+that cannot be read at all raises ``TraceFormatError``; bad rows inside a readable file are
+skipped, counted and listed on the chunks instead.
+
+Then, for every format: CLOCK_BOOTTIME times recorded on another boot are re-anchored
+(``clock_anchor``), and the kernels of a file without iterations get a model (``_model_stamp``).
 
 Which files give what (so a directory read file by file yields every event once): rocprofv3
 ``*_kernel_trace.csv`` and ``*_memory_copy_trace.csv`` give kernels (with launches and devices

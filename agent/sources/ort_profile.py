@@ -12,13 +12,14 @@
   (ONNX Runtime writes the file when profiling ends), and the method is recorded as ``file-mtime``.
 
 Bad input is counted in ``skipped`` and left out, never raised (``kineto_values``): a time that is
-not a finite number or a negative duration (``bad_time``); an event ending more than
-``MAX_PROFILE_US`` after the profiling start (a profile is one session's, kept in memory until it
-ends: such a time is damage, and it never anchors the file) or landing outside 1990..2100 once
-converted (``time_out_of_range``); a pid, tid, device or stream beyond int64 (``int_out_of_range``);
-an event or kernel name that is not a string (``bad_name``) or longer than ``MAX_NAME_BYTES``
-(``name_too_long``). Values a kernel can do without become null instead: grid and block sizes
-beyond int64 (``int_out_of_range``), an ``op_name`` or ``parent_name`` too long (``name_too_long``;
+not a finite number, a negative time or duration (``bad_time``: times count from the profiling start);
+an operator or kernel before every run (``before_first_run``; the warmup runs left out on request are
+not counted); an event ending more than ``MAX_PROFILE_US`` after the profiling start (a profile is one
+session's, kept in memory until it ends: such a time is damage, and it never anchors the file) or
+landing outside 1990..2100 once converted (``time_out_of_range``); a pid, tid, device or stream beyond
+int64 (``int_out_of_range``); an event or kernel name that is not a string (``bad_name``) or longer
+than ``MAX_NAME_BYTES`` (``name_too_long``). Values a kernel can do without become null instead: grid
+and block sizes beyond int64 (``int_out_of_range``), an ``op_name`` or ``parent_name`` too long (``name_too_long``;
 without its parent a GPU kernel has no launch).
 """
 
@@ -123,7 +124,7 @@ def parse_ort_profile(
         if cat not in ("Session", "Node", "Kernel"):
             continue
         ts, dur = _us(ev.get("ts")), _us(ev.get("dur"))
-        if ts is None or dur is None or dur < 0:
+        if ts is None or dur is None or ts < 0 or dur < 0:
             skipped["bad_time"] += 1
             continue
         if ts + dur > MAX_PROFILE_US or not (_in_epoch(off + ts * NS) and _in_epoch(off + (ts + dur) * NS)):
@@ -183,6 +184,15 @@ def parse_ort_profile(
     if skip_runs and not kept_runs:
         # Every run was warmup (a cycle stopped before its timed runs): nothing of it is published.
         nodes, kernels = [], []
+    # Work from the first warmup run on is warmup, left out by request; work before every run is counted.
+    warm_from = runs[0][0] if skip_runs and runs else first_ts
+
+    def kept(ts: int) -> bool:
+        if first_ts is None or ts >= first_ts:
+            return True
+        if warm_from is None or ts < warm_from:
+            skipped["before_first_run"] += 1
+        return False
 
     it_rows = {k: [] for k in ("start_ns", "end_ns", "pid", "tid", "iteration", "trace_id", "span_id")}
     for i, (ts, dur, pid, tid) in enumerate(kept_runs):
@@ -268,9 +278,9 @@ def parse_ort_profile(
     gpu_kernels_present = bool(kernels)
     launches: dict[str, list[dict[str, Any]]] = {}  # node name -> its launches in time order
     for nd in nodes:
-        if first_ts is not None and nd["ts"] < first_ts:
-            continue
         if nd["provider"] == CPU_PROVIDER or not gpu_kernels_present:
+            if not kept(nd["ts"]):
+                continue
             device = "cpu" if nd["provider"] in (CPU_PROVIDER, None) else "gpu"
             op = nd["op"]
             add(
@@ -287,13 +297,13 @@ def parse_ort_profile(
                 (None,) * 3,
                 (None,) * 3,
             )
-        else:
+        elif first_ts is None or nd["ts"] >= first_ts:
             launches.setdefault(nd["node"], []).append(nd)
     for lst in launches.values():
         lst.sort(key=lambda e: e["ts"])
     launch_ts = {name: [nd["ts"] for nd in lst] for name, lst in launches.items()}
     for k in sorted(kernels, key=lambda e: e["ts"]):
-        if first_ts is not None and k["ts"] < first_ts:
+        if not kept(k["ts"]):
             continue
         parent = k["parent"]
         launch = None

@@ -284,6 +284,7 @@ def loaded(events):
         ({"ts": 2**64}, "time_out_of_range"),
         ({"dur": MAX_PROFILE_US}, "time_out_of_range"),
         ({"ts": "NaN"}, "bad_time"),
+        ({"ts": -1}, "bad_time"),
         ({"name": "k" * (MAX_NAME_BYTES + 1)}, "name_too_long"),
     ],
 )
@@ -294,6 +295,17 @@ def test_a_bad_kernel_is_counted_and_the_rest_kept(change, reason):
     assert dict(p.skipped) == {reason: 1}
     assert {r["name"] for r in p.kernels.to_pylist()} == {"Shape", "MemcpyHostToDevice", "orphan"}
     conform("kernels", p.kernels)
+
+
+@pytest.mark.parametrize("skip_runs", [0, 1])
+def test_work_before_every_run_is_counted_warmup_is_not(skip_runs):
+    events = gpu_profile()
+    events[4]["ts"] = 50  # the Shape node, before the first (warmup) run
+    events.append(gpu_kernel("early", 60, 5, "conv"))
+    p = parse(events, skip_runs=skip_runs)
+    names = {r["name"] for r in p.kernels.to_pylist()}
+    assert names == {"sgemm", "MemcpyHostToDevice", "orphan"} | ({"warm_sgemm"} if skip_runs == 0 else set())
+    assert dict(p.skipped) == {"before_first_run": 2}
 
 
 def test_auxiliary_values_beyond_range_leave_a_null():

@@ -147,8 +147,7 @@ def _model_stamp(parts: Iterator[ParsedTrace], tf: TraceFile, ctx: TraceContext)
     label: str | None = None
     for i, part in enumerate(parts):
         if i == 0 and part.iterations.num_rows == 0 and not _iterations_beside(tf):
-            stem = model_from_path(tf.path)
-            label = ctx.model if ctx.model != stem else (part.model or stem)
+            label = ctx.model if ctx.model_given else (part.model or model_from_path(tf.path))
         if label is not None and part.kernels.num_rows:
             part.kernels = _with_model(part.kernels, label)
         yield part
@@ -195,13 +194,18 @@ def parse_any(
 
 
 def context_for(tf: TraceFile, *, node: str, source: str, model: str | None = None, **kw: object) -> TraceContext:
-    """A ``TraceContext`` for ``tf`` named the way ``replay`` names runs (model from the file name)."""
+    """A ``TraceContext`` for ``tf`` named the way ``replay`` names runs.
+
+    ``model``: the name the user (or the traced process) gives, which wins over the file's own
+    (``model_given``); without it the file name's stem, a default the file's own model replaces.
+    """
     stem = model_from_path(tf.path)
     return TraceContext(
         node=node,
         identity=tf.identity,
         run_id=f"{stem}:{tf.identity[:12]}",
         model=model or stem,
+        model_given=bool(model),
         source=source,
         file_mtime_ns=tf.mtime_ns,
         **kw,  # type: ignore[arg-type]

@@ -51,6 +51,8 @@ class TraceContext:
     ``clock`` converts CLOCK_BOOTTIME nanoseconds (rocprofv3, rocpd, rocprof v1/v2) to epoch ns;
     the default samples this host's offset. ``file_mtime_ns`` anchors formats without a clock
     of their own (ONNX Runtime profiles, Kineto traces without ``baseTimeNanoseconds``).
+    ``model_given``: ``model`` is the user's (config ``model``, ``--model-name``) or the traced
+    process's, not a default taken from the file name: it wins over the model the file names.
     """
 
     node: str
@@ -61,6 +63,7 @@ class TraceContext:
     clock: ClockOffset = field(default_factory=boottime_offset)
     file_mtime_ns: int = 0
     pid: int | None = None  # the traced process, when the file does not say it
+    model_given: bool = False
 
 
 class BadRow(NamedTuple):

@@ -147,10 +147,19 @@ def test_files_without_iterations_name_their_model(tmp_path, samples):
     assert info["kernels"] == 30
     assert kernel_models(json_trace) == {"train_llm"}
     assert kernel_models(json_trace, model="bert") == {"bert"}  # the user's name wins
+    assert kernel_models(json_trace, model="4242_results") == {"4242_results"}  # even when it is the stem
     assert kernel_models(samples / "kineto/a100_alexnet_trace.json.gz") == {"a100_alexnet_trace"}  # the stem
     csv = tmp_path / "run_kernel_trace.csv"
     csv.write_bytes((samples / "rocprofv3/kernel_trace.csv").read_bytes())
     assert kernel_models(csv, clock=CLOCK) == {"run_kernel_trace"}
+
+
+def test_context_for_says_whose_model_it_is(samples):
+    tf = identify(samples / "kineto/a100_alexnet_trace.json.gz")
+    default = context_for(tf, node="n", source="s")
+    assert (default.model, default.model_given) == ("a100_alexnet_trace", False)
+    named = context_for(tf, node="n", source="s", model="a100_alexnet_trace")
+    assert (named.model, named.model_given) == ("a100_alexnet_trace", True)
 
 
 def test_files_with_iterations_leave_the_model_to_them(tmp_path, samples):

@@ -11,8 +11,16 @@ process group, killed when it outlives ``duration_ms`` plus ``timeout_s``. The t
 into arguments once (``shlex``) and the placeholders are filled per argument: no shell is involved,
 so a pid or path can never inject a command. What the command leaves in its output directory is
 read exactly once (``ingest.ingest_file``: a file that fails is quarantined and the others read) and
-the directory removed unless ``keep_outputs``. A window just captured is live data (it sets
-``aaco_source_lag_seconds``); the directories an earlier run left behind are not.
+the directory removed unless ``keep_outputs``. Every file is read within the source's limits
+(``max_file_bytes``, ``max_gzip_ratio``, ``max_json_depth``: ``trace_limits``). A window just captured
+is live data (it sets ``aaco_source_lag_seconds``); the directories an earlier run left behind are not.
+
+A capture is named by its process: the kernels of a window take the model the target's command line
+names (``/proc/<pid>/cmdline``, read as the window starts, through ``trace_common.model_from_command``:
+``python3 train.py`` -> ``train``), unless the config names one, so every window of one process is
+one model however the profiler names its files. The name is kept in the window's directory
+(``MODEL_FILE``), so a directory left by an earlier run is named by its process too, never by
+whatever process has its pid now; without it, the files name their model themselves.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -42,9 +51,13 @@ from .formats import DEFAULT_MAX_BYTES, expand, identify
 from .ingest import Quarantine, file_failed, ingest_file
 from .parsers import ITERATIONS_FIRST, context_for
 from .sched_targets import gpu_processes
+from .trace_common import MAX_MODEL_CHARS, model_from_command
+from .trace_limits import TraceLimits
 
 log = logging.getLogger("aaco.sources.capture")
 _CAPTURE_DIR = re.compile(r"^(\d+)-\d+$")  # <pid>-<epoch ms>, one per capture window
+MODEL_FILE = ".aaco-model"  # in a window's directory: the captured process's model (hidden: never a trace)
+CMDLINE_BYTES = 64 * 1024  # of /proc/<pid>/cmdline: model_from_command looks at the first words only
 
 CAPTURES = define(
     "aaco.capture.runs",
@@ -71,8 +84,23 @@ class CaptureConfig(StrictModel):
     max_queue: PositiveInt = Field(64, description="Capture requests waiting at most.")
     timeout_s: PositiveFloat = Field(60.0, description="Grace beyond duration_ms before the command is killed.")
     keep_outputs: bool = Field(False, description="Keep each capture's directory after ingesting it.")
-    max_file_bytes: PositiveInt = Field(DEFAULT_MAX_BYTES, description="Ignore output files larger than this.")
-    model: str | None = Field(None, description="Model name for the iterations (default: the file name).")
+    max_file_bytes: PositiveInt = Field(
+        DEFAULT_MAX_BYTES, description="Ignore output files larger than this, on disk; refuse them decompressed."
+    )
+    max_gzip_ratio: PositiveInt = Field(
+        TraceLimits.max_gzip_ratio,
+        description="Stop a gzip file that expands more than this many times its size (past 256 MiB): a bomb.",
+    )
+    max_json_depth: PositiveInt = Field(
+        TraceLimits.max_json_depth,
+        le=1024,  # orjson and yajl stop at 1024 levels themselves
+        description="A JSON trace nested deeper than this ends there (real ones: < 10).",
+    )
+    model: str | None = Field(
+        None,
+        description="Model name for the iterations (default: what the captured process's command line names, "
+        "else what the file names).",
+    )
 
     @field_validator("command")
     @classmethod
@@ -86,6 +114,26 @@ class CaptureConfig(StrictModel):
         if "{out}" not in v:
             raise ValueError("the command must write its output to {out}")
         return v
+
+
+def process_model(pid: int) -> str | None:
+    """The model a running process's command line names (``model_from_command``), None if it is gone or names none."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            raw = fh.read(CMDLINE_BYTES)
+    except OSError:
+        return None
+    return model_from_command([a.decode(errors="replace") for a in raw.split(b"\0") if a])
+
+
+def saved_model(out: Path) -> str | None:
+    """The process's model kept in a window's directory (``MODEL_FILE``), None if there is none."""
+    try:
+        with open(out / MODEL_FILE, "rb") as fh:
+            text = fh.read(4 * MAX_MODEL_CHARS).decode(errors="replace").strip()
+    except OSError:
+        return None
+    return text[:MAX_MODEL_CHARS] or None
 
 
 def fill(arg: str, values: dict[str, str]) -> str:
@@ -177,7 +225,7 @@ class CaptureSource(Source):
             if not (out.is_dir() and m):
                 continue
             log.info("capture: ingesting %s, left by an earlier run", out)
-            self._ingest(ctx, quarantine, out, int(m.group(1)), live=False)
+            self._ingest(ctx, quarantine, out, int(m.group(1)), live=False, model=self.config.model or saved_model(out))
             if not self.config.keep_outputs:
                 shutil.rmtree(out, ignore_errors=True)
 
@@ -186,11 +234,15 @@ class CaptureSource(Source):
         out = cfg.out_dir / f"{pid}-{time.time_ns() // 1_000_000}"
         try:
             out.mkdir(parents=True, exist_ok=True)
+            named = process_model(pid)  # now, while the process runs
+            if named is not None:
+                (out / MODEL_FILE).write_text(named + "\n")
+            model = cfg.model or named
             values = {"{pid}": str(pid), "{out}": os.fspath(out), "{duration_ms}": str(cfg.duration_ms)}
             args = [fill(arg, values) for arg in shlex.split(cfg.command)]
             outcome = self._execute(ctx, args, pid, out)
             if outcome in ("ok", "failed"):  # a failed profiler may still have written something useful
-                self._ingest(ctx, quarantine, out, pid, live=True)
+                self._ingest(ctx, quarantine, out, pid, live=True, model=model)
             self._count(outcome)
             log.info("capture of pid %d (%s): %s", pid, reason, outcome)
         except Exception as exc:  # in a pool thread, where nobody would see it: one window fails, not the source
@@ -246,22 +298,27 @@ class CaptureSource(Source):
             return "failed"
         return "ok"
 
-    def _ingest(self, ctx: SourceContext, quarantine: Quarantine, out: Path, pid: int, *, live: bool) -> None:
+    def _ingest(
+        self, ctx: SourceContext, quarantine: Quarantine, out: Path, pid: int, *, live: bool, model: str | None
+    ) -> None:
+        """Read every trace a window left in ``out``; ``model``: the process's (None: each file names its own)."""
+        cfg = self.config
+        limits = TraceLimits(cfg.max_file_bytes, max_gzip_ratio=cfg.max_gzip_ratio, max_json_depth=cfg.max_json_depth)
         files = []
         for path in expand([out]):
             try:
-                if path.stat().st_size <= self.config.max_file_bytes:
-                    files.append(identify(path))
+                if path.stat().st_size <= cfg.max_file_bytes:
+                    files.append(replace(identify(path), limits=limits))
             except (TraceFormatError, OSError):
                 continue  # profilers leave logs and metadata beside their traces
             except Exception as exc:  # recognising it failed: that file is lost, not the window
                 file_failed(ctx, self.name, path, exc, quarantine)
         files.sort(key=lambda tf: (tf.format not in ITERATIONS_FIRST, str(tf.path)))
         for tf in files:
-            tctx = context_for(tf, node=ctx.node, source=self.name, model=self.config.model, pid=pid)
+            tctx = context_for(tf, node=ctx.node, source=self.name, model=model, pid=pid)
             # keyed by the capture (two windows can write identical bytes), so a crash mid-ingest resumes it
             key = f"{self.name}:{out.name}:{tf.path.relative_to(out)}"
-            ingest_file(ctx, self.name, tf, tctx, quarantine, key=key, max_bytes=self.config.max_file_bytes, live=live)
+            ingest_file(ctx, self.name, tf, tctx, quarantine, key=key, max_bytes=cfg.max_file_bytes, live=live)
 
 
 def create(config: CaptureConfig, name: str) -> CaptureSource:

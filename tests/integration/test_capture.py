@@ -1,5 +1,6 @@
 """The capture source: scheduled and on-demand windows, bounded, ingested (rocprofv3 cannot run here:
-the command copies a real sample where rocprofv3 would write)."""
+the command copies a real sample where rocprofv3 would write). A capture is named by its process:
+the targets run ``python train_sleeper.py``, so their kernels are the model ``train_sleeper``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pyarrow.compute as pc
 import pytest
 import yaml
 
-from aaco.agent.sources.capture import CAPTURES
+from aaco.agent.sources.capture import CAPTURES, MODEL_FILE
 from tests.conftest import get_free_port
 
 from .helpers import http_get, metric_value, read_lake, run_aaco, start_aaco, wait_for
@@ -20,9 +21,14 @@ from .helpers import http_get, metric_value, read_lake, run_aaco, start_aaco, wa
 pytestmark = pytest.mark.integration
 
 
+MODEL = "train_sleeper"  # what the targets' command line, python train_sleeper.py, names
+
+
 @pytest.fixture
-def sleepers():
-    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"]) for _ in range(2)]
+def sleepers(tmp_path):
+    script = tmp_path / f"{MODEL}.py"
+    script.write_text("import time\ntime.sleep(300)\n")
+    procs = [subprocess.Popen([sys.executable, str(script)]) for _ in range(2)]
     yield [p.pid for p in procs]
     for p in procs:
         p.kill()
@@ -100,6 +106,8 @@ def test_scheduled_and_on_demand_captures(tmp_path, aaco_bin, samples, sleepers)
     k = read_lake(tmp_path / "lake", "kernels")
     assert k.num_rows == 18
     assert sorted(set(k.column("pid").to_pylist())) == sorted([first, second])  # attributed to the captured pids
+    # named by the captured process, not by the files ({pid}_kernel_trace): one model for both windows
+    assert set(k.column("model").to_pylist()) == {MODEL}
     assert k.filter(pc.equal(k["source"], "capture")).num_rows == 18
     assert not list((tmp_path / "captures").iterdir())  # outputs removed once ingested
 
@@ -161,14 +169,22 @@ def test_captures_left_by_a_crash_are_ingested_at_start(tmp_path, samples, sleep
     from aaco.agent.config import load_config
     from aaco.agent.service import AgentService
 
-    left = tmp_path / "captures" / f"{sleepers[0]}-1700000000000"
-    left.mkdir(parents=True)
-    (left / f"{sleepers[0]}_kernel_trace.csv").write_text((samples / "rocprofv3" / "kernel_trace.csv").read_text())
-    cfg = load_config(config(tmp_path, samples, get_free_port(), [sleepers[0]], interval_s=0), env={})
+    # One window kept the name of the process it captured; one (an older run's) did not: its pid now
+    # belongs to a process named otherwise, which must not name it.
+    named, unnamed = sleepers
+    left = [tmp_path / "captures" / f"{pid}-1700000000000" for pid in (named, unnamed)]
+    for pid, out in zip((named, unnamed), left, strict=True):
+        out.mkdir(parents=True)
+        (out / f"{pid}_kernel_trace.csv").write_text((samples / "rocprofv3" / "kernel_trace.csv").read_text())
+    (left[0] / MODEL_FILE).write_text("resnet_train\n")
+    cfg = load_config(config(tmp_path, samples, get_free_port(), [named], interval_s=0), env={})
     svc = AgentService(cfg)
     svc.start()
     try:
-        wait_for(lambda: not left.exists(), 30, what="the leftover capture ingested and removed")
+        wait_for(lambda: not any(out.exists() for out in left), 30, what="the leftover captures ingested and removed")
     finally:
         svc.shutdown(timeout_s=10)
-    assert read_lake(tmp_path / "lake", "kernels").num_rows == 9
+    k = read_lake(tmp_path / "lake", "kernels")
+    assert k.num_rows == 18
+    models = {pid: set(k.filter(pc.equal(k["pid"], pid))["model"].to_pylist()) for pid in (named, unnamed)}
+    assert models == {named: {"resnet_train"}, unnamed: {f"{unnamed}_kernel_trace"}}

@@ -10,7 +10,10 @@ the cost is one ``stat`` per file):
   range of the file (``pipeline/ledger.py``).
 - Any other recognised file (JSON, rocpd databases, gzip files, marker traces) is read once it is
   complete: its size and mtime unchanged for ``settle_s`` (a file renamed into place is already
-  settled).
+  settled), within the source's limits (``max_file_bytes``, ``max_gzip_ratio``, ``max_json_depth``).
+- A poll recognises a file's format from its first bytes (``formats.recognise``); the whole file
+  is hashed (``formats.identify``, its content identity) only once it is read whole. A tailed file
+  is never hashed: its identity is its inode and header line, stable while it grows.
 - Files are tracked by device and inode; the identity (a digest of the first bytes) is checked
   against the checkpoint, so a restart resumes where the lake's last commit ended, a file
   replaced under the same inode is read from the start, and one that shrank (truncated, rewritten)
@@ -41,11 +44,12 @@ from aaco.agent.config_base import StrictModel
 from aaco.agent.errors import TraceFormatError
 
 from .base import Source, SourceContext, SourceRecord
-from .formats import DEFAULT_MAX_BYTES, GZIP_MAGIC, identify
+from .formats import DEFAULT_MAX_BYTES, GZIP_MAGIC, TraceFile, identify, recognise
 from .ingest import Quarantine, file_failed, ingest_file
-from .parsers import ITERATIONS_FIRST, TAILABLE, context_for, model_from_path
+from .parsers import ITERATIONS_FIRST, TAILABLE, context_for
 from .rocprofv3_csv import Rocprofv3CsvDecoder, companions, load_companions
 from .trace_common import BadRow
+from .trace_limits import TraceLimits
 
 log = logging.getLogger("aaco.sources.trace_dir")
 IDENTITY_BYTES = 4096
@@ -61,7 +65,18 @@ class TraceDirConfig(StrictModel):
     poll_interval_s: PositiveFloat = Field(1.0, description="How often the directory is listed.")
     settle_s: PositiveFloat = Field(2.0, description="A non-tailed file is read once unchanged this long.")
     max_files: PositiveInt = Field(10_000, description="Files tracked at most (the newest are kept).")
-    max_file_bytes: PositiveInt = Field(DEFAULT_MAX_BYTES, description="Refuse files larger than this.")
+    max_file_bytes: PositiveInt = Field(
+        DEFAULT_MAX_BYTES, description="Refuse files larger than this, on disk or decompressed."
+    )
+    max_gzip_ratio: PositiveInt = Field(
+        TraceLimits.max_gzip_ratio,
+        description="Stop a gzip file that expands more than this many times its size (past 256 MiB): a bomb.",
+    )
+    max_json_depth: PositiveInt = Field(
+        TraceLimits.max_json_depth,
+        le=1024,  # orjson and yajl stop at 1024 levels themselves
+        description="A JSON trace nested deeper than this ends there (real ones: < 10).",
+    )
     tail_block_bytes: PositiveInt = Field(8 << 20, description="Most bytes read from one tailed file per poll.")
     max_line_bytes: PositiveInt = Field(1 << 20, description="A CSV line longer than this is skipped as bad.")
     model: str | None = Field(None, description="Model name for the iterations (default: the file name).")
@@ -109,6 +124,9 @@ class TraceDirSource(Source):
         super().__init__(name)
         self.config = config
         self._files: dict[str, _File] = {}
+        self.limits = TraceLimits(
+            config.max_file_bytes, max_gzip_ratio=config.max_gzip_ratio, max_json_depth=config.max_json_depth
+        )
 
     def run(self, ctx: SourceContext) -> None:
         """Poll until stopped."""
@@ -225,13 +243,12 @@ class TraceDirSource(Source):
         settled = now - f.changed >= self.config.settle_s
         if f.format is None:
             try:
-                tf = identify(f.path)
+                f.format, _ = recognise(f.path)  # the first bytes only: no hash of a file still growing
             except TraceFormatError as exc:
                 if settled:  # complete and still not a trace: say so once, leave it
                     f.unrecognised = True
                     ctx.problem(self.name, os.fspath(f.path), "unrecognised", exc.message, fatal=False, count=1)
                 return
-            f.format = tf.format
         try:
             with f.path.open("rb") as fh:
                 gz = fh.read(2) == GZIP_MAGIC
@@ -243,7 +260,8 @@ class TraceDirSource(Source):
             self._whole(ctx, quarantine, f)
 
     def _whole(self, ctx: SourceContext, quarantine: Quarantine, f: _File) -> None:
-        tf = identify(f.path)  # a TraceFormatError here (the file changed since) is a failed file
+        # identified (hashed) once, now that it is read whole; a TraceFormatError here (it changed since) fails it
+        tf = dataclasses.replace(identify(f.path), limits=self.limits)
         tctx = context_for(tf, node=ctx.node, source=self.name, model=self.config.model)
         ingest_file(
             ctx,
@@ -264,13 +282,13 @@ class TraceDirSource(Source):
         seen = tuple(sorted((k, m) for k, p in companions(f.path).items() if (m := _mtime(p)) is not None))
         if f.decoder is not None and seen == f.companions_seen:
             return f.decoder
-        tf = identify(f.path)
-        comp = load_companions(f.path, self.config.max_file_bytes)
-        # A growing file's content identity (first bytes + size) changes as it grows; its capture
-        # identity must not, across polls and restarts: the inode and the header line name it.
+        comp = load_companions(f.path, self.config.max_file_bytes, self.limits)
+        # A growing file's content identity changes as it grows (and hashing it at every poll would
+        # cost the whole file each time); its capture identity must not, across polls and restarts:
+        # the inode and the header line name it.
         stable = hashlib.blake2b(f"{f.key}".encode() + (f.header or b""), digest_size=12).hexdigest()
+        tf = TraceFile(f.path, f.format or "", stable, f.mtime, f.size, self.limits)
         tctx = context_for(tf, node=ctx.node, source=self.name, model=self.config.model, pid=comp.pid)
-        tctx = dataclasses.replace(tctx, identity=stable, run_id=f"{model_from_path(f.path)}:{stable[:12]}")
         f.decoder = Rocprofv3CsvDecoder(f.header or b"", tctx, comp.agents, comp.launches)
         f.companions_seen = seen
         return f.decoder

@@ -1,8 +1,15 @@
-"""A bad file never stops a source (the file boundary), and a crashed source is restarted with backoff."""
+"""A bad file never stops a source (the file boundary), and a crashed source is restarted with backoff.
+
+Also how ``trace_dir`` reads a file: a poll recognises its format without hashing it, a file read
+whole is hashed once, a tailed one never, and each is read within the source's limits.
+"""
 
 from __future__ import annotations
 
+import gzip
+import json
 import logging
+import os
 import shutil
 import threading
 import time
@@ -14,7 +21,7 @@ from aaco.agent.errors import AacoError
 from aaco.agent.pipeline.bus import Bus
 from aaco.agent.pipeline.ledger import Ledger
 from aaco.agent.pipeline.stats import SOURCE_ERRORS, SOURCE_LAG, SOURCE_RESTARTS, Stats
-from aaco.agent.sources import ingest
+from aaco.agent.sources import formats, ingest
 from aaco.agent.sources.base import Journal, Source, SourceContext
 from aaco.agent.sources.formats import identify
 from aaco.agent.sources.ingest import Quarantine, ingest_file
@@ -22,6 +29,8 @@ from aaco.agent.sources.parsers import context_for
 from aaco.agent.sources.rocprofv3_csv import Rocprofv3CsvDecoder
 from aaco.agent.sources.supervise import Supervisor
 from aaco.agent.sources.trace_dir import TraceDirConfig, TraceDirSource
+
+from .test_rocprof_csv import hip_trace, sample_rows
 
 A100 = "a100_alexnet_trace.json.gz"  # 79 kernels, 16 copies, 3 memsets: 98 rows
 MI250 = "mi250_minitoy_train_ROCm6_2_kineto.json.gz"  # 14 kernels, 2 copies: 16 rows
@@ -174,6 +183,60 @@ def test_a_file_with_bad_events_the_parser_cannot_show_as_lines_is_kept_whole(tm
     assert result.complete and result.kernels == 16
     assert ctx.stats.get(SOURCE_ERRORS, source="replay", reason="int_out_of_range") == 1
     assert (ctx.quarantine / "odd.json.gz").read_bytes() == path.read_bytes()
+
+
+# -- how trace_dir reads ------------------------------------------------------------------------------
+
+
+def test_a_growing_file_is_never_hashed_and_a_whole_one_once(tmp_path, samples, monkeypatch):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    sample = samples / "rocprofv3" / "kernel_trace.csv"
+    lines = sample.read_bytes().splitlines(keepends=True)
+    tailed = spool / "91_kernel_trace.csv"
+    tailed.write_bytes(b"".join(lines[:4]))
+    hip = spool / "91_hip_api_trace.csv"  # its companion, written as it runs: the decoder is built again
+    hip.write_text(hip_trace(sample_rows(sample)))
+    shutil.copy(samples / "kineto" / MI250, spool / "trace.json.gz")
+    hashed: list[str] = []
+    real = formats.content_identity
+    monkeypatch.setattr(formats, "content_identity", lambda path: hashed.append(path.name) or real(path))
+    src = TraceDirSource(TraceDirConfig(path=spool, settle_s=0.001), "spool")
+    ctx = context(tmp_path)
+    q = Quarantine(ctx.quarantine)
+    for i, line in enumerate(lines[4:]):
+        src.poll(ctx, q)
+        with tailed.open("ab") as fh:
+            fh.write(line)
+        os.utime(hip, ns=(10**18 + i, 10**18 + i))
+        time.sleep(0.002)  # past settle_s: the whole files are read at the next poll
+    poll_until_settled(src, ctx)
+
+    assert drain(ctx) == 9 + 16
+    assert hashed.count("trace.json.gz") == 1  # read whole: hashed once
+    assert "91_kernel_trace.csv" not in hashed  # tailed through every poll: never
+    assert hashed.count("91_hip_api_trace.csv") <= 1  # a companion, read whole once it settles
+
+
+def test_trace_dir_reads_within_its_limits(tmp_path, samples):
+    """A real trace whose events array ends in 100 unclosed levels: cut short under the default depth
+    limit, too deep under 64; its events are kept either way."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    doc = json.loads(gzip.decompress((samples / "kineto" / MI250).read_bytes()))
+    doc["traceEvents"] = doc.pop("traceEvents")  # last, so the damage ends the document
+    text = json.dumps(doc).encode()
+    assert text.endswith(b"]}")
+    (spool / "deep.json").write_bytes(text[:-2] + b", " + b"[" * 100)
+    seen = {}
+    for depth in (None, 64):
+        ctx = context(tmp_path / str(depth))
+        cfg = TraceDirConfig(path=spool, settle_s=0.001, **({"max_json_depth": depth} if depth else {}))
+        poll_until_settled(TraceDirSource(cfg, "spool"), ctx)
+        seen[depth] = (drain(ctx), [p.reason for p in ctx.journal.problems])
+    assert seen == {None: (16, ["truncated_json"]), 64: (16, ["json_too_deep"])}
+    with pytest.raises(ValueError, match="max_json_depth"):
+        TraceDirConfig(path=spool, max_json_depth=1025)
 
 
 # -- supervision ----------------------------------------------------------------------------------

@@ -27,7 +27,8 @@ with its yajl2 C backend parses incrementally (``ijson.parse`` events); two pass
 
 Only leaf values at known paths are kept (a dict lookup per event), never a record's subtree. A
 record without a start or end, with end before start, or with an unknown kernel id is counted
-in ``skipped``; a file cut short yields everything before the cut and counts ``truncated_json``.
+in ``skipped``; a file cut short yields everything before the cut and counts ``truncated_json``
+(``json_too_deep`` where it nests deeper than ``max_json_depth``: the records before are kept).
 Timestamps are CLOCK_BOOTTIME ns, converted with ``TraceContext.clock``. Pass 1 lives in
 ``rocprofv3_json_meta``.
 
@@ -61,7 +62,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .formats import _open
 from .parsed import ParsedTrace
 from .rocprofv3_json_meta import PARSE_ERRORS, Process, Walker, iterations, read_metadata
 from .rocprofv3_u64 import OUT_OF_RANGE, U64_MASK, NumberGuard, TimeWindow, as_int, int64_column, u64, u64_array
@@ -73,6 +73,7 @@ from .trace_common import (
     empty_kernels,
     stamp_kernels,
 )
+from .trace_limits import TraceLimits, open_trace
 
 FORMAT = "rocprofv3_json"
 
@@ -199,9 +200,15 @@ def _ones(mask: np.ndarray | None, n: int) -> np.ndarray:
     return np.ones(n, dtype=bool) if mask is None else mask
 
 
-def parse_rocprofv3_json(path: Path, ctx: TraceContext) -> Iterator[ParsedTrace]:
-    """Stream a rocprofv3 JSON file as ``ParsedTrace`` chunks (iterations, devices, model, anchor on the first)."""
-    meta = read_metadata(path, ctx)
+def parse_rocprofv3_json(path: Path, ctx: TraceContext, *, limits: TraceLimits | None = None) -> Iterator[ParsedTrace]:
+    """Stream a rocprofv3 JSON file as ``ParsedTrace`` chunks (iterations, devices, model, anchor on the first).
+
+    Both passes read within ``limits`` (``trace_limits``; None: the defaults): a file or content past
+    ``max_file_bytes`` or a gzip bomb raises ``TraceLimitError``; nesting past ``max_json_depth`` ends
+    the records there, counted ``json_too_deep``.
+    """
+    limits = limits or TraceLimits()
+    meta = read_metadata(path, ctx, limits)
     its_all = iterations(meta, ctx)
     pids = tuple(sorted({p.pid for p in meta.processes.values() if p.pid is not None}))
     skipped: Counter[str] = Counter(meta.skipped)
@@ -234,7 +241,7 @@ def parse_rocprofv3_json(path: Path, ctx: TraceContext) -> Iterator[ParsedTrace]
     walker = Walker(SECTIONS_GPU, {})
     window = TimeWindow(ctx.clock.offset_ns)
     off = ctx.clock.offset_ns
-    with _open(path) as raw:
+    with open_trace(path, limits) as raw:
         fh = NumberGuard(raw)
         try:
             for p, section, v in walker.walk(fh):
@@ -253,8 +260,9 @@ def parse_rocprofv3_json(path: Path, ctx: TraceContext) -> Iterator[ParsedTrace]
                     yield from emit(batch)
                     batch = None
         except PARSE_ERRORS as exc:
-            skipped["truncated_json"] += 1
-            bad.append(BadRow(_position(fh), str(exc).encode("utf-8", "replace")[:200], "truncated_json"))
+            reason = getattr(exc, "reason", "truncated_json")  # a depth refusal names itself (json_too_deep)
+            skipped[reason] += 1
+            bad.append(BadRow(_position(fh), str(exc).encode("utf-8", "replace")[:200], reason))
     yield from emit(batch)
     if first or skipped or bad:  # nothing at all, or problems after the last chunk: still say so
         yield part(empty_kernels(ctx))

@@ -21,7 +21,6 @@ import ijson
 import numpy as np
 import pyarrow as pa
 
-from .formats import _open
 from .rocprofv3_csv import MARKER_RANGE_DOMAINS
 from .rocprofv3_u64 import INT64_MIN, OUT_OF_RANGE, U64_MASK, NumberGuard, TimeWindow, as_int, signed, u64
 from .trace_common import (
@@ -35,6 +34,7 @@ from .trace_common import (
     iterations_table,
     model_from_command,
 )
+from .trace_limits import TraceLimits, open_trace
 
 ROOTS = ("rocprofiler-sdk-tool.item", "rocprofiler-sdk-tool")
 _LIST = "[]"  # marks a field collected as a list
@@ -277,12 +277,12 @@ class _Reader:
             proc.markers.append((corr, start, end, None if tid == INT64_MIN else tid, kind, op))
 
 
-def read_metadata(path: Path, ctx: TraceContext) -> Metadata:
-    """Pass 1 over the file (see the module doc); a damaged file yields what came before the damage."""
+def read_metadata(path: Path, ctx: TraceContext, limits: TraceLimits | None = None) -> Metadata:
+    """Pass 1 over the file within ``limits`` (see the module doc); a damaged file gives what came before it."""
     meta = Metadata()
     reader = _Reader(meta, TimeWindow(ctx.clock.offset_ns))
     walker = Walker({**SECTIONS_META, **SECTIONS_HOST}, SCALARS_META)
-    with _open(path) as fh:
+    with open_trace(path, limits or TraceLimits()) as fh:
         try:
             for p, section, v in walker.walk(fh):
                 reader.on_item(p, section, v)

@@ -16,6 +16,7 @@ from aaco.agent.pipeline.schemas import conform
 from aaco.agent.sources import rocprofv3_json
 from aaco.agent.sources.formats import identify
 from aaco.agent.sources.parsers import context_for, parse_any
+from aaco.agent.sources.trace_limits import TraceLimitError, TraceLimits
 
 CLOCK = ClockOffset(1_700_000_000_000_000_000, 10, "test")
 PID = 4242
@@ -309,3 +310,45 @@ def test_bad_records_are_counted(tmp_path):
     skipped = sum((p.skipped for p in parts), start=type(parts[0].skipped)())
     assert skipped == {"missing_value": 1, "bad_time": 1, "unknown_kernel_id": 1}
     assert "kernel_id:999" in kernels["name"].to_pylist()
+
+
+# --- the file's limits (trace_limits) ------------------------------------------------------------
+
+
+def direct(path: Path, limits: TraceLimits) -> list:
+    tf = identify(path)
+    ctx = context_for(tf, node="n", source="rocprofv3", clock=CLOCK)
+    return list(rocprofv3_json.parse_rocprofv3_json(path, ctx, limits=limits))
+
+
+def test_nesting_past_the_limit_is_json_too_deep_not_truncated(tmp_path):
+    doc, _ = build(500, copies=0)
+    recs = doc["rocprofiler-sdk-tool"][0]["buffer_records"]["kernel_dispatch"]
+    recs[300]["unknown"] = "@"  # a field nobody reads: here it nests 40 deep
+    data = json.dumps(doc, indent=1).encode().replace(b'"@"', b"[" * 40 + b"]" * 40)
+    path = tmp_path / "deep.json"
+    path.write_bytes(data)
+    whole = direct(path, TraceLimits(max_json_depth=64))
+    assert totals(whole)[0].num_rows == 500 and not any(p.skipped for p in whole)
+    parts = direct(path, TraceLimits(max_json_depth=32))
+    kernels, _ = totals(parts)
+    assert kernels.num_rows == 300  # the records before the deep one
+    assert sum((p.skipped for p in parts), start=type(parts[0].skipped)()) == {"json_too_deep": 1}
+    (bad,) = [b for p in parts for b in p.bad_rows]
+    # a record is 6 deep ({"rocprofiler-sdk-tool": [{"buffer_records": {"kernel_dispatch": [{): its
+    # field's 27th bracket is the 33rd level
+    assert bad.offset == data.index(b"[" * 40) + 26
+    assert bad.reason == "json_too_deep" and b"max_json_depth" in bad.line
+
+
+def test_size_and_bomb_limits_are_the_files(tmp_path):
+    doc, _ = build(2_000, copies=0)
+    path = write(tmp_path / "r.json.gz", doc, gz=True)
+    size = len(json.dumps(doc, indent=1).encode())
+    assert totals(direct(path, TraceLimits(max_file_bytes=size)))[0].num_rows == 2_000
+    with pytest.raises(TraceLimitError) as exc:
+        direct(path, TraceLimits(max_file_bytes=size - 1))
+    assert exc.value.limit == "max_file_bytes"
+    with pytest.raises(TraceLimitError) as exc:
+        direct(path, TraceLimits(max_gzip_ratio=2, gzip_grace_bytes=1 << 16))
+    assert exc.value.limit == "max_gzip_ratio"

@@ -39,20 +39,19 @@ of ``rocpd_info_process``, when the database has them.
 from __future__ import annotations
 
 import contextlib
-import gzip
 import json
 import shutil
 import sqlite3
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from .formats import GZIP_MAGIC
 from .parsed import ParsedTrace
 from .rocpd_rows import rows_table, small, sql_id, sql_int, sql_u64
 from .rocprofv3_csv import MARKER_RANGE_DOMAINS
@@ -69,6 +68,7 @@ from .trace_common import (
     iterations_table,
     model_from_command,
 )
+from .trace_limits import READ_STEP, TraceLimits, open_trace
 
 FORMAT = "rocpd"
 
@@ -280,23 +280,22 @@ def _copy_sql(con: sqlite3.Connection) -> str | None:
 
 
 @contextlib.contextmanager
-def _connect(path: Path, max_bytes: int) -> Iterator[sqlite3.Connection]:
-    """A read-only connection; a gzip-compressed database is decompressed to a temporary file first."""
-    with path.open("rb") as fh:
-        gz = fh.read(2) == GZIP_MAGIC
+def _connect(path: Path, limits: TraceLimits) -> Iterator[sqlite3.Connection]:
+    """A read-only connection; a gzip-compressed database is decompressed to a temporary file first.
+
+    Either way the file is checked and read within ``limits`` (``trace_limits``: size on disk,
+    decompressed size, gzip ratio); past one raises ``TraceLimitError``.
+    """
     tmp: tempfile.TemporaryDirectory[str] | None = None
     target = path
     try:
-        if gz:
-            tmp = tempfile.TemporaryDirectory(prefix="aaco-rocpd-")
-            target = Path(tmp.name) / "trace.db"
-            with gzip.open(path, "rb") as src, target.open("wb") as dst:
-                copied = 0
-                while chunk := src.read(1 << 20):
-                    copied += len(chunk)
-                    if copied > max_bytes:
-                        raise ValueError(f"larger than the {max_bytes} byte limit")
-                    dst.write(chunk)
+        with open_trace(path, limits, json_guard=False) as src:
+            if src.compressed:
+                tmp = tempfile.TemporaryDirectory(prefix="aaco-rocpd-")
+                target = Path(tmp.name) / "trace.db"
+                with target.open("wb") as dst:
+                    while chunk := src.read1(READ_STEP):
+                        dst.write(chunk)
         con = sqlite3.connect(f"{target.resolve().as_uri()}?mode=ro", uri=True)
         try:
             yield con
@@ -307,9 +306,17 @@ def _connect(path: Path, max_bytes: int) -> Iterator[sqlite3.Connection]:
             shutil.rmtree(tmp.name, ignore_errors=True)
 
 
-def parse_rocpd(path: Path, ctx: TraceContext, max_bytes: int = 1 << 40) -> Iterator[ParsedTrace]:
-    """Stream a rocpd database as ``ParsedTrace`` chunks (iterations and devices on the first)."""
-    with _connect(path, max_bytes) as con:
+def parse_rocpd(
+    path: Path, ctx: TraceContext, max_bytes: int | None = None, *, limits: TraceLimits | None = None
+) -> Iterator[ParsedTrace]:
+    """Stream a rocpd database as ``ParsedTrace`` chunks (iterations and devices on the first).
+
+    Read within ``limits`` (None: the defaults), ``max_bytes`` (when given) as its ``max_file_bytes``.
+    """
+    limits = limits or TraceLimits()
+    if max_bytes is not None:
+        limits = replace(limits, max_file_bytes=max_bytes)
+    with _connect(path, limits) as con:
         try:
             con.execute("SELECT count(*) FROM sqlite_master").fetchone()
         except sqlite3.DatabaseError as exc:

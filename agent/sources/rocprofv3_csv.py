@@ -59,7 +59,7 @@ from __future__ import annotations
 import zlib
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .csv_rows import CsvRowReader
-from .formats import GZIP_MAGIC, _open
+from .formats import DEFAULT_MAX_BYTES, GZIP_MAGIC
 from .parsed import ParsedTrace
 from .rocprofv3_csv_api import (
     ApiTrace,
@@ -111,6 +111,7 @@ from .trace_common import (
     empty_kernels,
     stamp_kernels,
 )
+from .trace_limits import TraceLimits, open_trace
 
 __all__ = [
     "DICT",
@@ -289,8 +290,8 @@ class _Cut:
     truncated = False
 
 
-def _blocks(path: Path, cut: _Cut, block: int = READ_BLOCK) -> Iterator[tuple[bytes, int]]:
-    """(complete lines, offset) pieces of a file of at most about ``block`` bytes.
+def _blocks(path: Path, cut: _Cut, limits: TraceLimits, block: int = READ_BLOCK) -> Iterator[tuple[bytes, int]]:
+    """(complete lines, offset) pieces of a file of at most about ``block`` bytes, read within ``limits``.
 
     Reads at most 1 MiB a step (``read1``), so a gzip stream cut short loses at most the step it ends in. A "line"
     longer than ``MAX_LINE_BYTES`` is handed on as it is (it will be a bad row), bounding memory.
@@ -298,7 +299,7 @@ def _blocks(path: Path, cut: _Cut, block: int = READ_BLOCK) -> Iterator[tuple[by
     offset = 0
     parts: list[bytes] = []  # joined once a block is full: appending to one bytes object would copy it each step
     size = 0
-    with _open(path) as fh:
+    with open_trace(path, limits, json_guard=False) as fh:
         while True:
             try:
                 data = fh.read1(min(block, 1 << 20))  # one step at a time: a cut loses only its own step
@@ -340,36 +341,42 @@ def _anchor(path: Path, decoder: Rocprofv3CsvDecoder) -> int | None:
     return None if last is None else int(last) - decoder.ctx.clock.offset_ns
 
 
-def parse_csv_file(path: Path, ctx: TraceContext, max_bytes: int) -> Iterator[ParsedTrace]:
-    """Parse a whole rocprofv3 kernel, memory-copy, API or agent CSV (with its companions) in chunks."""
-    head = read_bytes(path, 64 * 1024)
+def parse_csv_file(
+    path: Path, ctx: TraceContext, max_bytes: int | None = None, *, limits: TraceLimits | None = None
+) -> Iterator[ParsedTrace]:
+    """Parse a whole rocprofv3 kernel, memory-copy, API or agent CSV (with its companions) in chunks.
+
+    Every file is read within ``limits`` (``trace_limits``; None: the defaults), ``max_bytes`` (when
+    given) as its ``max_file_bytes``: past a limit raises ``TraceLimitError``, rows before it yielded.
+    """
+    limits = limits or TraceLimits()
+    if max_bytes is not None:
+        limits = replace(limits, max_file_bytes=max_bytes)
+    max_bytes = limits.max_file_bytes or DEFAULT_MAX_BYTES
+    head = read_bytes(path, 64 * 1024, limits)
     fmt = sniff_csv(head)
     if fmt == FORMAT_AGENTS:
-        agents = read_agent_info(read_bytes(path, max_bytes))
+        agents = read_agent_info(read_bytes(path, max_bytes, limits))
         devices = {a.device: a.describe() for a in agents.agents}
         yield from chunks(fmt, ctx, empty_kernels(ctx), devices=devices)
         return
     if fmt == FORMAT_API:
-        api = read_api_trace(read_bytes(path, max_bytes))
+        api = read_api_trace(read_bytes(path, max_bytes, limits))
         its = api_iterations(api, ctx)
         yield from chunks(fmt, ctx, empty_kernels(ctx), its, skipped=api.skipped, bad_rows=api.bad_rows, pids=api.pids)
         return
     if fmt not in (FORMAT_KERNEL, FORMAT_MEMCPY):
         raise ValueError("not a rocprofv3 CSV trace")
-    comp = load_companions(path, max_bytes)
+    comp = load_companions(path, max_bytes, limits)
     ctx = _ctx_with_pid(ctx, comp.pid)
     header_end = head.find(b"\n") + 1 or len(head)
     decoder = Rocprofv3CsvDecoder(head[:header_end], ctx, comp.agents, comp.launches)
     pids = (ctx.pid,) if ctx.pid is not None else ()
     anchor = _anchor(path, Rocprofv3CsvDecoder(head[:header_end], ctx))
-    seen = 0
     cut = _Cut()
     first = True
-    for block, block_offset in _blocks(path, cut):
+    for block, block_offset in _blocks(path, cut, limits):
         data, offset = (block[header_end:], header_end) if block_offset == 0 else (block, block_offset)
-        seen += len(data)
-        if seen > max_bytes:
-            raise ValueError(f"larger than the {max_bytes} byte limit")
         res = decoder.decode(data, offset)
         for part in chunks(
             fmt, ctx, res.table, skipped=res.skipped, bad_rows=res.bad_rows, pids=pids, devices=decoder.devices

@@ -20,6 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from aaco.agent.errors import TraceFormatError
+
 from .csv_rows import CsvChunk, CsvRowReader
 from .rocprofv3_csv_layout import (
     DICT,
@@ -35,6 +37,7 @@ from .rocprofv3_csv_layout import (
 )
 from .rocprofv3_u64 import TimeWindow, U64Column
 from .trace_common import Agent, AgentMap, BadRow, LaunchTable, TraceContext, iterations_table
+from .trace_limits import TraceLimits
 
 
 def read_agent_info(data: bytes) -> AgentMap:
@@ -192,14 +195,17 @@ def pid_from_name(path: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def load_companions(path: Path, max_bytes: int) -> CsvCompanions:
-    """Read ``agent_info.csv`` and ``hip_api_trace.csv`` beside ``path`` (missing or broken ones are skipped)."""
+def load_companions(path: Path, max_bytes: int, limits: TraceLimits | None = None) -> CsvCompanions:
+    """Read ``agent_info.csv`` and ``hip_api_trace.csv`` beside ``path`` within ``limits``.
+
+    Missing, broken or oversized ones (``TraceFormatError``: past a limit, not a regular file) are skipped.
+    """
     found = companions(path)
     agents = AgentMap()
     if "agent_info.csv" in found:
         try:
-            agents = read_agent_info(read_bytes(found["agent_info.csv"], max_bytes))
-        except (OSError, EOFError, ValueError, csv.Error, zlib.error):
+            agents = read_agent_info(read_bytes(found["agent_info.csv"], max_bytes, limits))
+        except (OSError, EOFError, ValueError, csv.Error, zlib.error, TraceFormatError):
             agents = AgentMap()
     launches = LaunchTable.empty()
     pids: tuple[int, ...] = ()
@@ -207,8 +213,8 @@ def load_companions(path: Path, max_bytes: int) -> CsvCompanions:
         if suffix not in found:
             continue
         try:
-            api = read_api_trace(read_bytes(found[suffix], max_bytes))
-        except (OSError, EOFError, ValueError, csv.Error, zlib.error):
+            api = read_api_trace(read_bytes(found[suffix], max_bytes, limits))
+        except (OSError, EOFError, ValueError, csv.Error, zlib.error, TraceFormatError):
             continue
         if suffix == "hip_api_trace.csv":
             launches = api.launches

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from .formats import _open
+from .trace_limits import TraceLimits, open_trace
 
 FORMAT_KERNEL = "rocprofv3_kernel_csv"
 FORMAT_MEMCPY = "rocprofv3_memcpy_csv"
@@ -109,14 +109,15 @@ def companions(path: Path) -> dict[str, Path]:
     return out
 
 
-def read_bytes(path: Path, max_bytes: int) -> bytes:
+def read_bytes(path: Path, max_bytes: int, limits: TraceLimits | None = None) -> bytes:
     """At most ``max_bytes`` of the (decompressed) content of ``path``; of a damaged gzip, what precedes the damage.
 
-    Read a step at a time (``read1``): ``read(n)`` would drop everything with the error.
+    Read within ``limits`` (``trace_limits``; None: the defaults), a step at a time (``read1``):
+    ``read(n)`` would drop everything with the error.
     """
     parts: list[bytes] = []
     size = 0
-    with _open(path) as fh:
+    with open_trace(path, limits or TraceLimits(), json_guard=False) as fh:
         while size < max_bytes:
             try:
                 data = fh.read1(min(max_bytes - size, 1 << 20))

@@ -25,6 +25,7 @@ from aaco.agent.sources import rocpd
 from aaco.agent.sources.formats import identify
 from aaco.agent.sources.parsers import context_for, parse_any
 from aaco.agent.sources.rocprofv3_u64 import OUT_OF_RANGE as OUT
+from aaco.agent.sources.trace_limits import TraceLimitError, TraceLimits
 
 CLOCK = ClockOffset(1_700_000_000_000_000_000, 10, "test")
 UUID = "_0123abcd"
@@ -386,3 +387,23 @@ def test_rocpd_sqlite_values():
     assert sql_u64(-1) == (1 << 64) - 1 and sql_u64(" 18446744073709551615 ") == (1 << 64) - 1
     assert sql_u64("18446744073709551616") is OUT and sql_u64(1e30) is OUT and sql_u64(float("nan")) is None
     assert sql_int("junk") is None and sql_int(b"\x01") is None and sql_int(12.7) == 12
+
+
+def test_rocpd_read_within_the_files_limits(tmp_path):
+    truth = build(tmp_path / "run.db", 300)
+    raw = (tmp_path / "run.db").read_bytes()
+    gz = tmp_path / "run.db.gz"
+    gz.write_bytes(gzip.compress(raw))
+    tf = identify(gz)
+    ctx = context_for(tf, node="n", source="rocpd", clock=CLOCK)
+    k = kernels_of(list(rocpd.parse_rocpd(gz, ctx, limits=TraceLimits(max_file_bytes=len(raw)))))
+    assert k.filter(pc.equal(k["kind"], "kernel")).num_rows == truth["n"]
+    with pytest.raises(TraceLimitError) as exc:
+        list(rocpd.parse_rocpd(gz, ctx, limits=TraceLimits(max_file_bytes=len(raw) - 1)))
+    assert exc.value.limit == "max_file_bytes"
+    ratio = len(raw) // len(gz.read_bytes())
+    with pytest.raises(TraceLimitError) as exc:
+        list(rocpd.parse_rocpd(gz, ctx, limits=TraceLimits(max_gzip_ratio=ratio - 1, gzip_grace_bytes=1)))
+    assert exc.value.limit == "max_gzip_ratio"
+    with pytest.raises(TraceLimitError):  # uncompressed: the size on disk, before SQLite opens it
+        list(rocpd.parse_rocpd(tmp_path / "run.db", ctx, max_bytes=len(raw) - 1))

@@ -14,10 +14,12 @@ import pytest
 
 from aaco.agent.pipeline.clock import ClockOffset
 from aaco.agent.pipeline.schemas import conform
+from aaco.agent.sources import rocprofv3_csv
 from aaco.agent.sources.formats import identify, sniff
 from aaco.agent.sources.parsers import context_for, parse_any
 from aaco.agent.sources.rocprofv3_csv import Rocprofv3CsvDecoder, companions, read_agent_info
 from aaco.agent.sources.trace_common import TraceContext
+from aaco.agent.sources.trace_limits import TraceLimitError, TraceLimits
 
 OFFSET = 1_700_000_000_000_000_000
 CLOCK = ClockOffset(OFFSET, 10, "test")
@@ -359,3 +361,36 @@ def test_csv_module_agrees_on_quoted_names(tmp_path):
     k = kernels_of(parts)
     assert k["name"].to_pylist() == ['weird "quoted", name']
     assert total_ns(k) == 150
+
+
+# --- the file's limits (trace_limits) ------------------------------------------------------------
+
+
+def parse_limited(path: Path, limits: TraceLimits, max_bytes: int | None = None) -> list:
+    return list(rocprofv3_csv.parse_csv_file(path, ctx(), max_bytes, limits=limits))
+
+
+def test_gzip_bomb_and_size_limits_are_the_files(samples, tmp_path):
+    header, _, body = (samples / "rocprofv3/kernel_trace.csv").read_bytes().partition(b"\n")
+    data = header + b"\n" + body * 2_000  # 18,000 rows, about 4 MB, compresses about 100:1
+    p = tmp_path / "1_kernel_trace.csv.gz"
+    p.write_bytes(gzip.compress(data))
+    assert kernels_of(parse_limited(p, TraceLimits())).num_rows == 18_000
+    with pytest.raises(TraceLimitError) as exc:
+        parse_limited(p, TraceLimits(max_gzip_ratio=20, gzip_grace_bytes=1 << 20))
+    assert exc.value.limit == "max_gzip_ratio"
+    with pytest.raises(TraceLimitError) as exc:
+        parse_limited(p, TraceLimits(), max_bytes=len(data) - 1)  # max_bytes sets max_file_bytes
+    assert exc.value.limit == "max_file_bytes"
+    assert kernels_of(parse_limited(p, TraceLimits(max_file_bytes=1), max_bytes=len(data))).num_rows == 18_000
+
+
+def test_a_companion_past_the_limits_is_left_aside(run_dir):
+    kernel = run_dir / "1234_kernel_trace.csv"
+    hip = run_dir / "1234_hip_api_trace.csv"
+    hip.write_bytes(hip.read_bytes() + b" " * (kernel.stat().st_size + 10))
+    limits = TraceLimits(max_file_bytes=kernel.stat().st_size + 5)
+    k = kernels_of(parse_limited(kernel, limits))
+    assert k.num_rows == 9 and k["launch_start_ns"].null_count == 9  # no launches: their file was too large
+    k = kernels_of(parse_limited(kernel, TraceLimits()))
+    assert k.num_rows == 9 and k["launch_start_ns"].null_count == 0

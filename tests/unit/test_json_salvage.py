@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import gzip
 import io
 import json
+import subprocess
+import sys
 import zlib
 from collections import Counter
 from dataclasses import replace
@@ -17,7 +20,10 @@ from aaco.agent.errors import TraceFormatError
 from aaco.agent.sources.formats import identify
 from aaco.agent.sources.json_salvage import load_json
 from aaco.agent.sources.parsers import context_for, parse_any
+from aaco.agent.sources.rocprofv3_u64 import NumberGuard
 from aaco.agent.sources.trace_limits import Document, JsonDepthError, TraceLimits
+from tests.support import tracegen
+from tests.unit import test_ort_profile
 
 SAMPLE = "kineto/a100_alexnet_trace.json.gz"
 GPU = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
@@ -153,3 +159,107 @@ def test_the_files_own_limits_apply(tmp_path, content):
     tf = replace(identify(write(tmp_path, content[: len(content) // 2])), limits=TraceLimits(max_json_depth=2))
     with pytest.raises(JsonDepthError, match=r"nested deeper than 2 levels \(max_json_depth\)"):
         list(parse_any(tf, context_for(tf, node="n", source="s")))
+
+
+# --- numbers ijson's C backend cannot convert (issue 13: it segfaults without use_float) ---------
+
+HUGE_INT = b"1" + b"0" * 5000  # past Python's 4300-digit int limit: ijson's yajl2_c backend segfaults on it
+HUGE_EXPONENT = b"-2e99999999999999999999"
+IJSON_ENTRIES = ("parse", "basic_parse", "items", "kvitems")
+
+
+def test_the_agent_calls_ijson_in_one_module_only():
+    """Every ijson call in the agent's code: only the rocprofv3 JSON walker (guarded, test below)."""
+    root = Path(__file__).resolve().parents[2]
+    callers = set()
+    for path in sorted((root / "agent").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ijson"):
+                callers.add(f"{path.relative_to(root)} imports from ijson")
+            is_ijson = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "ijson"
+            if is_ijson and node.attr != "JSONError":
+                callers.add(f"{path.relative_to(root)}: ijson.{node.attr}")
+    assert callers == {"agent/sources/rocprofv3_json_meta.py: ijson.parse"}
+
+
+def test_every_ijson_read_goes_through_the_number_guard(tmp_path, monkeypatch, content, samples):
+    """Whatever reads JSON through ijson, over every JSON format, whole and damaged: behind NumberGuard or use_float."""
+    calls: list[tuple[str, bool]] = []
+
+    def spy_on(name):
+        real = getattr(ijson, name)
+
+        def spy(source, *args, **kw):
+            calls.append((name, isinstance(source, NumberGuard) or kw.get("use_float") is True))
+            return real(source, *args, **kw)
+
+        return spy
+
+    for name in IJSON_ENTRIES:
+        monkeypatch.setattr(ijson, name, spy_on(name))
+    v3 = tmp_path / "v3" / "r.json"
+    v3.parent.mkdir()
+    tracegen.rocprofv3_json(v3, 50, 5, big_ids=True, odd_values=True)
+    files = {
+        "r.json": v3.read_bytes(),
+        "cut.json": v3.read_bytes()[: v3.stat().st_size // 2],
+        "kineto.json": content,
+        "kineto_cut.json": content[: len(content) // 2],
+        "results.json": (samples / "rocprof-v1/hip_trace_results.json").read_bytes(),
+        "onnxruntime_profile_x.json": json.dumps(test_ort_profile.cpu_profile()).encode(),
+    }
+    for name, data in files.items():
+        parse(write(tmp_path, data, name))
+    assert calls and {name for name, _ in calls} == {"parse"}  # the rocprofv3 walker (two passes a file)
+    assert all(ok for _, ok in calls), calls
+
+
+CHILD = """
+import sys
+from collections import Counter
+from pathlib import Path
+from tests.unit.test_json_salvage import parse
+for name in sys.argv[1:]:
+    parts, kinds = parse(Path(name))
+    skipped = sum((p.skipped for p in parts), Counter())
+    print(name, sum(p.kernels.num_rows for p in parts), sum(kinds.values()), dict(skipped))
+"""
+
+
+def test_numbers_ijson_cannot_convert_in_every_whole_document_format(tmp_path, content, samples):
+    """A 5000-digit integer or a 20-digit exponent in a Kineto, ONNX Runtime or rocprof v1 event: no crash
+    (in a child, where a segfault would show as its exit status), that event alone lost or kept."""
+    v1 = (samples / "rocprof-v1/hip_trace_results.json").read_bytes()
+    start, _ = kernel_event(content, 5)
+    at = content.index(b'"cat"', start)
+    ort = json.dumps([e for e in test_ort_profile.cpu_profile() if isinstance(e, dict)]).encode()
+    ort_at = ort.index(b'"dur": 10')  # the first timed conv
+    v1_at = v1.index(b'"BeginNs"', len(v1) // 2)
+    cases = {}
+    for huge, number in ((True, HUGE_INT), (False, HUGE_EXPONENT)):
+        extra = b'"extra": ' + number + b", "
+        tag = "int" if huge else "exp"
+        cases[f"kineto_{tag}.json"] = (content[:at] + extra + content[at:], content, huge)
+        cases[f"onnxruntime_profile_{tag}.json"] = (ort[:ort_at] + extra + ort[ort_at:], ort, huge)
+        cases[f"v1_{tag}_results.json"] = (v1[:v1_at] + extra + v1[v1_at:], v1, huge)
+    paths = []
+    for name, (data, base, _) in cases.items():
+        paths += [write(tmp_path, data, name), write(tmp_path, base, "base_" + name)]
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, *map(str, paths)],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = {Path(line.split()[0]).name: line.split(maxsplit=3)[1:] for line in proc.stdout.splitlines()}
+    for name, (_, _, huge) in cases.items():
+        rows, base_rows, skipped = int(got[name][0]), int(got["base_" + name][0]), got[name][2]
+        if huge:  # no reader takes it: that event alone is invalid_json
+            assert rows in (base_rows - 1, base_rows) and "invalid_json" in skipped, (name, got[name])
+        else:  # the standard library reads it as an infinity, made null: the event is kept
+            assert rows == base_rows and "invalid_json" not in skipped, (name, got[name])

@@ -2,7 +2,9 @@
 
 Exit codes: 0 success; 1 an unexpected failure (a bug: the log says where); 2 bad usage or bad
 input (a missing or corrupt file, a config that does not validate), reported as one clear line
-naming the file and what is wrong, without a traceback.
+naming the file and what is wrong, without a traceback. ``aaco agent``, a daemon, stopped by a signal
+exits 0 whatever input it met: bad input is counted, quarantined and logged as it is met, and a
+non-zero status would read as a crash to the supervisor that stopped it (Kubernetes, systemd).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from .config import AgentConfig, load_config
 from .errors import AacoError, ConfigError
 from .pipeline.stats import Stats
 from .service import AgentService, run_until_stopped
+from .sources.ingest import DAMAGED
 
 app = typer.Typer(
     name="aaco",
@@ -110,9 +113,6 @@ def _exporter_overrides(
     if otlp_endpoint:
         ex["otlp"] = {"endpoint": otlp_endpoint}
     return {"exporters": ex}
-
-
-DAMAGED = frozenset({"unreadable", "truncated_json"})
 
 
 def _report_problems(service: AgentService) -> bool:
@@ -266,7 +266,9 @@ def _run_service(
     stop_when_done: bool,
     reload_config: Any = None,
     extra_exporters: list[Any] | None = None,
+    report_input: bool = True,
 ) -> AgentService:
+    """Run the service until stopped (or done); with ``report_input``, exit 2 after input ``DAMAGED`` it met."""
     keep_pandas_out()
     bars = RichProgress(err_console) if progress and err_console.is_terminal else None
     service = AgentService(config, progress=bars, extra_exporters=extra_exporters)
@@ -279,7 +281,7 @@ def _run_service(
     except AacoError as exc:
         service.shutdown()
         raise _fail(exc) from None
-    if _report_problems(service):
+    if report_input and _report_problems(service):
         raise typer.Exit(2)
     return service
 
@@ -364,7 +366,10 @@ def replay(
     err_console.print(f"replayed {len(files)} file(s) into {out.resolve()}", highlight=False)
 
 
-@app.command()
+@app.command(
+    epilog="Exit status: 0 once stopped by SIGTERM/SIGINT, bad input met or not (each bad file is counted in "
+    "aaco_source_errors_total, quarantined and logged when met); 2 if the config does not validate."
+)
 def agent(
     config: Annotated[
         Path | None,
@@ -396,7 +401,7 @@ def agent(
         raise _fail(exc) from None
     setup_logging(cfg.log_level)
     reload_config = (lambda: load_config(config, overrides)) if config is not None else None
-    _run_service(cfg, progress=False, stop_when_done=False, reload_config=reload_config)
+    _run_service(cfg, progress=False, stop_when_done=False, reload_config=reload_config, report_input=False)
 
 
 @config_app.command("check")

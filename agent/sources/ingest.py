@@ -5,8 +5,11 @@ is published as a piece of it, so the lake commits the file's offset only once e
 and a file already committed is skipped on the next run. Bad rows are counted by reason
 (``aaco_source_errors_total``), logged once per file and reason, and copied to the quarantine
 (``DIR/quarantine/<source>/``, bounded): as lines where the parser gives them, else the whole
-file. A file that breaks part-way (truncated JSON, a damaged gzip stream) keeps the events read
-before the damage: its range is sealed as read, the file is quarantined, and the problem reported.
+file. Each problem says where: the byte offset of the first bad row of its reason (in the
+decompressed content of a gzip file). A file that is damaged (``INCOMPLETE``: truncated JSON, a
+damaged gzip stream, JSON nested past ``max_json_depth``, invalid JSON between good events) keeps the
+events read around the damage: its range is sealed as read, the whole file is quarantined, and it is
+reported as incomplete.
 
 The file is the failure boundary: whatever one file raises (``TraceFormatError``, or a parser bug:
 ``OverflowError``, ``KeyError``, ``MemoryError``, ...) is caught here (``file_failed``): the file is
@@ -28,10 +31,11 @@ from pathlib import Path
 from aaco.agent.errors import TraceFormatError
 
 from .base import SourceContext, SourceRecord
-from .formats import TraceFile
+from .formats import GZIP_MAGIC, TraceFile
 from .parsed import ParsedTrace
 from .parsers import parse_any
 from .trace_common import BadRow, TraceContext
+from .trace_limits import open_regular
 
 log = logging.getLogger("aaco.sources.ingest")
 
@@ -39,6 +43,18 @@ QUARANTINE_FILE_BYTES = 1 << 20  # bad rows kept per input file
 QUARANTINE_TOTAL_BYTES = 64 << 20  # per source
 QUARANTINE_COPY_BYTES = 16 << 20  # whole unreadable files copied up to this size
 MESSAGE_CHARS = 300  # an exception's text kept in a problem (a parser's exception can quote a whole line)
+# Skipped reasons that mean the file itself is damaged (not a bad value in a good file): the events
+# around the damage are kept, the file is incomplete. Reason -> what the problem says.
+INCOMPLETE = {
+    "truncated_json": "truncated JSON{at}: kept the events before the cut",
+    "damaged_gzip": "damaged gzip stream{at}: kept what was decompressed before the damage",
+    "json_too_deep": "JSON nested deeper than max_json_depth{at}: kept the events before it",
+    "invalid_json": "invalid JSON{at} ({count} place(s)): kept the events around it",
+}
+# Reasons a file was not read completely, which ``aaco replay`` reports as errors (exit 2): it could
+# not be read at all, failed part-way, or is damaged so that all after the damage is lost. An invalid
+# event between good ones (invalid_json) loses that event only, like a bad CSV row: a warning.
+DAMAGED = frozenset({"unreadable", "parser_error", "io_error", "out_of_memory", *INCOMPLETE}) - {"invalid_json"}
 
 
 class Quarantine:
@@ -148,6 +164,7 @@ def ingest_file(
     chunks = 0  # chunks the file gave so far (the ones skipped on resume included)
     r = None
     shown = False  # the parser listed bad rows (their lines are in the quarantine)
+    first_at: dict[str, int] = {}  # the smallest byte offset of a bad row, by reason
     try:
         for chunk, parsed in enumerate(parse_any(tf, tctx, max_bytes=max_bytes)):
             chunks = chunk + 1
@@ -165,6 +182,7 @@ def ingest_file(
             devices.update(parsed.devices)
             quarantine.rows(tf.path, parsed.bad_rows)
             shown = shown or bool(parsed.bad_rows)
+            first_offsets(parsed.bad_rows, first_at)
     except Exception as exc:  # the file boundary: nothing one file raises stops the source
         out.complete = False
         if r is not None:
@@ -173,16 +191,18 @@ def ingest_file(
     if key is not None:  # the file is read (whole, or up to its damage): record how many chunks it has
         done = ctx.ledger.register(key, chunks, chunks, {**info, "chunks": chunks})
         done.seal()
-    if out.complete and ("truncated_json" in skipped or (skipped and not shown)):
-        quarantine.file(tf.path)  # cut short, or bad events the parser cannot show as lines: keep the file
+    damaged = INCOMPLETE.keys() & skipped.keys()
+    if out.complete and (damaged or (skipped and not shown)):
+        quarantine.file(tf.path)  # damaged, or bad events the parser cannot show as lines: keep the file
+    out.complete = out.complete and not damaged
+    gz = bool(first_at) and _gzipped(tf.path)
     for reason, count in skipped.items():
-        if reason == "truncated_json":
-            out.complete = False
-            ctx.problem(
-                source, subject, reason, "truncated JSON: kept the events before the cut", fatal=False, count=count
-            )
-            continue
-        ctx.problem(source, subject, reason, f"skipped {count} bad row(s)/event(s): {reason}", fatal=False, count=count)
+        at = where(first_at.get(reason), gz)
+        if reason in INCOMPLETE:
+            message = INCOMPLETE[reason].format(at=at, count=count)
+        else:
+            message = f"skipped {count} bad row(s)/event(s): {reason}" + (f", the first{at}" if at else "")
+        ctx.problem(source, subject, reason, message, fatal=False, count=count)
     out.skipped = sum(skipped.values())
     ctx.record(
         SourceRecord(
@@ -196,6 +216,29 @@ def ingest_file(
         )
     )
     return out
+
+
+def first_offsets(bad: list[BadRow], into: dict[str, int]) -> dict[str, int]:
+    """Fold the smallest byte offset of each reason among ``bad`` into ``into``; returns it."""
+    for b in bad:
+        if b.reason not in into or b.offset < into[b.reason]:
+            into[b.reason] = b.offset
+    return into
+
+
+def where(offset: int | None, decompressed: bool = False) -> str:
+    """`` at byte N`` (`` of the decompressed content`` for a gzip file) for a problem's message; empty if unknown."""
+    if offset is None:
+        return ""
+    return f" at byte {offset}" + (" of the decompressed content" if decompressed else "")
+
+
+def _gzipped(path: Path) -> bool:
+    try:
+        with open_regular(path) as fh:
+            return fh.read(2) == GZIP_MAGIC
+    except (OSError, TraceFormatError):
+        return False
 
 
 def failure_reason(exc: BaseException) -> str:

@@ -24,7 +24,6 @@ Publish a directory's marker traces before its kernel traces so iterations arriv
 from __future__ import annotations
 
 import csv
-import logging
 import sqlite3
 import zlib
 from collections.abc import Iterator
@@ -47,8 +46,6 @@ from .parsed import ParsedTrace
 from .trace_common import TraceContext, chunks, const
 from .trace_limits import TraceLimits, check_size, read_document
 
-log = logging.getLogger("aaco.sources.parsers")
-
 # Formats whose files hold iterations only: read them before the kernel traces of the same run.
 ITERATIONS_FIRST = frozenset({rocprofv3_csv.FORMAT_API})
 # Formats a tail reader can follow while they grow (complete lines, see Rocprofv3CsvDecoder).
@@ -56,14 +53,8 @@ TAILABLE = frozenset({rocprofv3_csv.FORMAT_KERNEL, rocprofv3_csv.FORMAT_MEMCPY})
 
 
 def _json(tf: TraceFile, limits: TraceLimits) -> LoadedJson:
-    """The document, salvaged event by event when damaged (``json_salvage``); the damage said once in the log."""
-    loaded = load_json(read_document(tf.path, limits), tf.path, limits)
-    bad = [b for b in loaded.bad_rows if b.reason == "invalid_json"]
-    if bad:
-        log.warning(
-            "%s: invalid JSON at byte %d (%d place(s)): kept the events around it", tf.path, bad[0].offset, len(bad)
-        )
-    return loaded
+    """The document, salvaged event by event when damaged (``json_salvage``: the damage is in its bad rows)."""
+    return load_json(read_document(tf.path, limits), tf.path, limits)
 
 
 def _parse(tf: TraceFile, ctx: TraceContext, limits: TraceLimits) -> Iterator[ParsedTrace]:

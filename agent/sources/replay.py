@@ -7,7 +7,9 @@ already holds (the agent restarted, the same file under another name) adds nothi
 reads it again. Times in CLOCK_BOOTTIME (rocprofv3, rocprof v1) convert with this host's offset,
 re-anchored for a file recorded on another boot (``clock_anchor``), unless ``clock_offset_ns``
 gives the offset. Within a directory, rocTX marker traces go before kernel traces so iterations are
-known before their kernels. A file that cannot be read is reported and counted; the others go on.
+known before their kernels. A file that cannot be read is reported and counted; the others go on:
+one that is not a trace is ``unreadable``, and whatever else recognising or reading one raises goes
+through ``ingest.file_failed`` (counted by its reason, quarantined, named once in the log).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from aaco.agent.pipeline.clock import ClockOffset
 
 from .base import Source, SourceContext
 from .formats import DEFAULT_MAX_BYTES, expand, identify
-from .ingest import Quarantine, ingest_file
+from .ingest import Quarantine, file_failed, ingest_file
 from .parsers import ITERATIONS_FIRST, context_for
 from .trace_limits import TraceLimits
 
@@ -81,6 +83,8 @@ class ReplaySource(Source):
                 recognised.append(replace(identify(path), limits=limits))
             except TraceFormatError as exc:
                 ctx.problem(self.name, os.fspath(path), "unreadable", exc.message, fatal=True, count=1)
+            except Exception as exc:  # the file boundary: a failure on one file never stops the replay
+                file_failed(ctx, self.name, path, exc, quarantine)
         recognised.sort(key=lambda tf: (tf.format not in ITERATIONS_FIRST, str(tf.path)))
         ctx.progress.start(self.name, len(recognised))
         offset = self.config.clock_offset_ns

@@ -45,7 +45,7 @@ from aaco.agent.errors import TraceFormatError
 
 from .base import Source, SourceContext, SourceRecord
 from .formats import DEFAULT_MAX_BYTES, GZIP_MAGIC, TraceFile, identify, recognise
-from .ingest import Quarantine, file_failed, ingest_file
+from .ingest import Quarantine, file_failed, first_offsets, ingest_file, where
 from .parsers import ITERATIONS_FIRST, TAILABLE, context_for
 from .rocprofv3_csv import Rocprofv3CsvDecoder, companions, load_companions
 from .trace_common import BadRow
@@ -342,10 +342,11 @@ class TraceDirSource(Source):
         f.events += result.table.num_rows
         if result.bad_rows:
             quarantine.rows(f.path, result.bad_rows)
+        first_at = first_offsets(result.bad_rows, {})
         for reason, count in result.skipped.items():
-            ctx.problem(
-                self.name, os.fspath(f.path), reason, f"skipped {count} bad row(s): {reason}", fatal=False, count=count
-            )
+            at = where(first_at.get(reason))
+            message = f"skipped {count} bad row(s): {reason}" + (f", the first{at}" if at else "")
+            ctx.problem(self.name, os.fspath(f.path), reason, message, fatal=False, count=count)
         if f.records == 0:
             ctx.record(
                 SourceRecord(

@@ -3,13 +3,33 @@
 from __future__ import annotations
 
 import gzip
+import json
+import re
+import subprocess
+import sys
+import zlib
 
 import pyarrow.compute as pc
 import pytest
 
-from .helpers import run_aaco
+from .helpers import read_lake, run_aaco
 
 pytestmark = pytest.mark.integration
+
+
+# ``aaco`` with a parser that raises at the end of files named bad*: what the CLI does with a file that
+# fails part-way (a parser bug, not bad input the parser counts).
+FAILING_PARSER = """
+from aaco.agent.sources import ingest
+real = ingest.parse_any
+def parse_any(tf, tctx, max_bytes):
+    yield from real(tf, tctx, max_bytes=max_bytes)
+    if tf.path.name.startswith("bad"):
+        raise KeyError("correlation")
+ingest.parse_any = parse_any
+from aaco.agent.cli import app
+app(prog_name="aaco")
+"""
 
 
 def assert_clean_error(proc, *needles: str) -> None:
@@ -65,9 +85,8 @@ def test_truncated_trace_keeps_the_good_file(tmp_path, aaco_bin, samples):
     good = samples / "kineto" / "a100_alexnet_trace.json.gz"
     out = tmp_path / "D"
     proc = run_aaco(aaco_bin, "replay", str(good), str(cut), "--out", str(out))
-    assert_clean_error(proc, str(cut), "truncated JSON", "kept the events before the cut")
-    from .helpers import read_lake
-
+    assert_clean_error(proc, str(cut), "truncated JSON at byte", "kept the events before the cut")
+    assert f"truncated JSON at byte {len(data) // 2}:" in proc.stderr  # where the cut is
     kernels = read_lake(out, "kernels")
     assert (
         kernels.filter(
@@ -147,11 +166,12 @@ def test_damaged_json_is_named_for_what_it_is(tmp_path, aaco_bin, samples):
     broken.write_bytes(data[:at] + b'"cat" "kernel"' + data[at + len(b'"cat": "kernel"') :])  # one event
     out = tmp_path / "D"
     proc = run_aaco(aaco_bin, "replay", str(broken), "--out", str(out))
-    assert proc.returncode == 0, proc.stderr
-    assert "invalid JSON at byte" in proc.stderr and "truncated" not in proc.stderr
-    from .helpers import read_lake
-
+    assert proc.returncode == 0, proc.stderr  # one event lost, the others kept: a warning, as a bad CSV row
+    start = data.rindex(b"{", 0, at)  # the broken event
+    assert f"warning: {broken}: invalid JSON at byte {start} (1 place(s))" in " ".join(proc.stderr.split())
+    assert "truncated" not in proc.stderr
     assert read_lake(out, "kernels").num_rows == 98 - 1  # every GPU event but the broken one
+    assert (out / "quarantine" / "replay" / broken.name).read_bytes() == broken.read_bytes()
     junk = tmp_path / "junk.json"
     head = b'{"schemaVersion": 1, "traceEvents": ['
     junk.write_bytes(head + b"not json at all]}")
@@ -173,7 +193,44 @@ def test_damaged_gzip_keeps_the_rows_before_the_damage(tmp_path, aaco_bin, sampl
     bad.write_bytes(raw[: len(raw) // 2])
     out = tmp_path / "D"
     proc = run_aaco(aaco_bin, "replay", str(bad), "--out", str(out))
-    assert_clean_error(proc, str(bad), "truncated JSON", "damaged_gzip")
-    from .helpers import read_lake
-
+    decoded = len(zlib.decompressobj(31).decompress(raw[: len(raw) // 2]))  # what zlib gives before the cut
+    assert_clean_error(
+        proc,
+        str(bad),
+        "truncated JSON",
+        f"damaged gzip stream at byte {decoded} of the decompressed content: kept what was decompressed before",
+    )
     assert 0 < read_lake(out, "kernels").num_rows < 98
+    assert (out / "quarantine" / "replay" / bad.name).read_bytes() == bad.read_bytes()
+
+
+def test_nesting_past_the_limit_after_good_events_keeps_them(tmp_path, aaco_bin, samples):
+    doc = json.loads(gzip.decompress((samples / "kineto" / "a100_alexnet_trace.json.gz").read_bytes()))
+    doc["traceEvents"] = doc.pop("traceEvents")  # last, so the damage ends the document
+    head = json.dumps(doc).encode().removesuffix(b"]}") + b", "
+    deep = tmp_path / "deep.json"
+    deep.write_bytes(head + b"[" * 200)
+    out = tmp_path / "D"
+    proc = run_aaco(aaco_bin, "replay", str(deep), "--out", str(out))
+    assert_clean_error(proc, str(deep), "JSON nested deeper than max_json_depth at byte", "kept the events before it")
+    at = int(re.search(r"max_json_depth at byte (\d+)", proc.stderr)[1])
+    assert len(head) <= at < len(head) + 200
+    assert read_lake(out, "kernels").num_rows == 98  # every GPU event before the damage
+    assert (out / "quarantine" / "replay" / deep.name).exists()
+
+
+def test_a_file_that_fails_part_way_fails_the_replay(tmp_path, samples):
+    bad, good = tmp_path / "bad.json.gz", tmp_path / "good.json.gz"
+    bad.write_bytes((samples / "kineto" / "a100_alexnet_trace.json.gz").read_bytes())
+    good.write_bytes((samples / "kineto" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz").read_bytes())
+    out = tmp_path / "D"
+    proc = subprocess.run(
+        [sys.executable, "-c", FAILING_PARSER, "replay", str(bad), str(good), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    # an error, not a warning (the file was not read completely), though its events before the failure are kept
+    assert_clean_error(proc, f"error: {bad}: KeyError: 'correlation' (kept the 98 event(s) before it)")
+    assert read_lake(out, "kernels").num_rows == 98 + 16  # both files' events

@@ -21,11 +21,12 @@ from aaco.agent.errors import AacoError
 from aaco.agent.pipeline.bus import Bus
 from aaco.agent.pipeline.ledger import Ledger
 from aaco.agent.pipeline.stats import SOURCE_ERRORS, SOURCE_LAG, SOURCE_RESTARTS, Stats
-from aaco.agent.sources import formats, ingest
+from aaco.agent.sources import formats, ingest, replay
 from aaco.agent.sources.base import Journal, Source, SourceContext
 from aaco.agent.sources.formats import identify
 from aaco.agent.sources.ingest import Quarantine, ingest_file
 from aaco.agent.sources.parsers import context_for
+from aaco.agent.sources.replay import ReplaySource, ReplaySourceConfig
 from aaco.agent.sources.rocprofv3_csv import Rocprofv3CsvDecoder
 from aaco.agent.sources.supervise import Supervisor
 from aaco.agent.sources.trace_dir import TraceDirConfig, TraceDirSource
@@ -163,6 +164,46 @@ def test_ingest_file_catches_whatever_the_parser_raises(tmp_path, samples, faili
     drain(ctx)
     again = ingest_file(ctx, "replay", tf, tctx, Quarantine(ctx.quarantine), key="file:x", max_bytes=1 << 30)
     assert again.already and failing_parser == ["bad.json.gz"]
+
+
+def test_replay_goes_on_past_a_file_whose_identification_raises(tmp_path, samples, monkeypatch):
+    for name in ("bad_trace.json.gz", "good_trace.json.gz"):
+        shutil.copy(samples / "kineto" / MI250, tmp_path / name)
+    real = replay.identify
+
+    def identify(path):
+        if path.name.startswith("bad"):
+            raise RuntimeError("hash unit on fire")
+        return real(path)
+
+    monkeypatch.setattr(replay, "identify", identify)
+    ctx = context(tmp_path)
+    cfg = ReplaySourceConfig(paths=[tmp_path / "bad_trace.json.gz", tmp_path / "good_trace.json.gz"])
+    ReplaySource(cfg, "r").run(ctx)
+    assert drain(ctx) == 16  # the good file, whole
+    assert ctx.stats.get(SOURCE_ERRORS, source="r", reason="parser_error") == 1
+    (problem,) = ctx.journal.problems
+    assert problem.subject.endswith("bad_trace.json.gz") and problem.fatal
+    assert problem.message == "RuntimeError: hash unit on fire (nothing could be read)"
+    assert sorted(p.name for p in ctx.quarantine.iterdir()) == ["bad_trace.json.gz"]
+
+
+def test_damage_is_reported_as_incomplete_with_its_offset(tmp_path, samples):
+    """An invalid event between good ones: named with its byte offset, the file kept whole, not complete."""
+    data = gzip.decompress((samples / "kineto" / MI250).read_bytes())
+    at = data.index(b'"cat": "kernel"')
+    start = data.rindex(b"{", 0, at)  # the broken event's first byte
+    path = tmp_path / "broken.json"
+    path.write_bytes(data[:at] + b'"cat" "kernel"' + data[at + len(b'"cat": "kernel"') :])
+    ctx = context(tmp_path)
+    tf = identify(path)
+    tctx = context_for(tf, node="n", source="replay")
+    result = ingest_file(ctx, "replay", tf, tctx, Quarantine(ctx.quarantine), key="file:z", max_bytes=1 << 30)
+    assert not result.complete and result.kernels == 16 - 1
+    (problem,) = ctx.journal.problems
+    assert (problem.reason, problem.fatal) == ("invalid_json", False)
+    assert problem.message == f"invalid JSON at byte {start} (1 place(s)): kept the events around it"
+    assert (ctx.quarantine / "broken.json").read_bytes() == path.read_bytes()
 
 
 def test_a_file_with_bad_events_the_parser_cannot_show_as_lines_is_kept_whole(tmp_path, samples, monkeypatch):

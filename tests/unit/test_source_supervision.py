@@ -259,6 +259,19 @@ def test_a_growing_file_is_never_hashed_and_a_whole_one_once(tmp_path, samples, 
     assert hashed.count("91_hip_api_trace.csv") <= 1  # a companion, read whole once it settles
 
 
+def test_a_tailed_bad_row_is_named_with_its_offset(tmp_path, samples):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    lines = (samples / "rocprofv3" / "kernel_trace.csv").read_bytes().splitlines(keepends=True)
+    junk = b"this is not a row of the trace\n"
+    (spool / "92_kernel_trace.csv").write_bytes(b"".join(lines[:5]) + junk + b"".join(lines[5:]))
+    ctx = context(tmp_path)
+    poll_until_settled(TraceDirSource(TraceDirConfig(path=spool, settle_s=0.001), "spool"), ctx)
+    assert drain(ctx) == 9
+    (problem,) = ctx.journal.problems
+    assert problem.message == f"skipped 1 bad row(s): {problem.reason}, the first at byte {len(b''.join(lines[:5]))}"
+
+
 def test_trace_dir_reads_within_its_limits(tmp_path, samples):
     """A real trace whose events array ends in 100 unclosed levels: cut short under the default depth
     limit, too deep under 64; its events are kept either way."""

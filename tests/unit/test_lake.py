@@ -333,3 +333,23 @@ def test_empty_batch_is_success_and_writes_nothing(tmp_path, stats):
     assert lx.export(kb([])) is ExportResult.SUCCESS
     assert lx.force_flush() is True
     assert parts(lx.root) == []
+
+
+def test_times_and_ids_are_delta_packed_names_dictionary_coded(tmp_path, stats):
+    lx = make(tmp_path, stats)
+    starts = [DAY1 + 997 * i * i for i in range(5000)]  # distinct, increasing, uneven gaps
+    names = [f"kernel_{i % 7}" for i in range(5000)]
+    corr = [2**63 - 2_500 + i for i in range(5000)]
+    batch = kernels(starts, name=names, correlation_id=[c - 2**64 if c >= 2**63 else c for c in corr])
+    lx.export(item("kernels", batch))
+    assert lx.force_flush()
+    (p,) = parts(lx.root)
+    meta = pq.ParquetFile(p).metadata.row_group(0)
+    encodings = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
+    for col in ("start_ns", "end_ns", "correlation_id", "launch_start_ns"):
+        assert "DELTA_BINARY_PACKED" in encodings[col] and "RLE_DICTIONARY" not in encodings[col], col
+    for col in ("name", "device", "source", "pid"):
+        assert "RLE_DICTIONARY" in encodings[col], col
+    back = pq.read_table(p)
+    assert back["start_ns"].to_pylist() == starts and back["name"].to_pylist() == names
+    assert back["correlation_id"].to_numpy().view("uint64").tolist() == corr

@@ -47,6 +47,7 @@ _ARROW_REASONS = (
 SMALL_SEGMENT = 1  # a run of this many lines that still fails is reported line by line
 U64 = pa.uint64()
 WIDE = pa.decimal128(38, 0)
+_CONTENT = re.compile(rb"[^\r\n]")
 _INT_FAILURE = re.compile(
     r"In CSV column #(\d+): CSV conversion error to (int64|uint64): invalid value '([-+]?\d{1,38})'"
 )
@@ -182,7 +183,7 @@ class CsvRowReader:
 
     def read(self, data: bytes, base_offset: int) -> CsvChunk:
         """Decode ``data`` (complete lines, no partial last line) found at ``base_offset`` in the file."""
-        if not data.strip(b"\r\n"):
+        if _CONTENT.search(data) is None:  # only line ends (a search, not a stripped 8 MB copy)
             return CsvChunk(self.empty())
         while True:
             try:

@@ -312,16 +312,21 @@ def _blocks(path: Path, cut: _Cut, limits: TraceLimits, block: int = READ_BLOCK)
             size += len(data)
             if size < block and size < MAX_LINE_BYTES:
                 continue
-            buf = b"".join(parts)
-            end = buf.rfind(b"\n") + 1
-            if end == 0 and len(buf) < MAX_LINE_BYTES:
-                parts = [buf]
+            # the last newline, in the latest step that has one: the block is cut there as it is joined
+            # (one copy of it; joining first and slicing the lines off would copy it twice)
+            i = len(parts) - 1
+            while i >= 0 and (nl := parts[i].rfind(b"\n")) < 0:
+                i -= 1
+            if i < 0 and size < MAX_LINE_BYTES:
                 continue
-            end = end or len(buf)
-            yield buf[:end], offset
-            offset += end
-            rest = buf[end:]
-            parts, size = ([rest] if rest else []), len(rest)
+            if i < 0:
+                lines, parts = b"".join(parts), []
+            else:
+                lines = b"".join([*parts[:i], parts[i][: nl + 1]])
+                parts = [p for p in (parts[i][nl + 1 :], *parts[i + 1 :]) if p]
+            yield lines, offset
+            offset += len(lines)
+            size = sum(map(len, parts))
     if parts:
         yield b"".join(parts), offset
 

@@ -30,7 +30,6 @@ from .trace_limits import (
     DEFAULT_MAX_BYTES,
     GZIP_MAGIC,
     TraceLimits,
-    TraceStream,
     open_regular,
     open_trace,
     read_document,
@@ -93,11 +92,6 @@ class TraceFile:
     mtime_ns: int
     size: int
     limits: TraceLimits | None = None
-
-
-def _open(path: Path) -> TraceStream:
-    """A file's content, decompressed, read in bounded steps (``trace_limits.open_trace``)."""
-    return open_trace(path)
 
 
 def read_head(path: Path, n: int = SNIFF_BYTES) -> bytes:

@@ -101,11 +101,11 @@ def _parse(tf: TraceFile, ctx: TraceContext, limits: TraceLimits) -> Iterator[Pa
                 part.skipped["damaged_gzip"] += 1
             yield part
     elif fmt in rocprofv3_csv.FORMATS:
-        yield from rocprofv3_csv.parse_csv_file(tf.path, ctx, max_bytes)
+        yield from rocprofv3_csv.parse_csv_file(tf.path, ctx, max_bytes, limits=limits)
     elif fmt == rocprofv3_json.FORMAT:
-        yield from rocprofv3_json.parse_rocprofv3_json(tf.path, ctx)
+        yield from rocprofv3_json.parse_rocprofv3_json(tf.path, ctx, limits=limits)
     elif fmt == rocpd.FORMAT:
-        yield from rocpd.parse_rocpd(tf.path, ctx, max_bytes)
+        yield from rocpd.parse_rocpd(tf.path, ctx, max_bytes, limits=limits)
     else:
         raise TraceFormatError(f"no parser for format {fmt!r}", subject=tf.path)
 

@@ -281,7 +281,7 @@ class Rocprofv3CsvDecoder:
 def _ctx_with_pid(ctx: TraceContext, pid: int | None) -> TraceContext:
     if ctx.pid is not None or pid is None:
         return ctx
-    return TraceContext(ctx.node, ctx.identity, ctx.run_id, ctx.model, ctx.source, ctx.clock, ctx.file_mtime_ns, pid)
+    return replace(ctx, pid=pid)
 
 
 class _Cut:

@@ -282,7 +282,7 @@ class TraceDirSource(Source):
         seen = tuple(sorted((k, m) for k, p in companions(f.path).items() if (m := _mtime(p)) is not None))
         if f.decoder is not None and seen == f.companions_seen:
             return f.decoder
-        comp = load_companions(f.path, self.config.max_file_bytes)
+        comp = load_companions(f.path, self.config.max_file_bytes, self.limits)
         # A growing file's content identity changes as it grows (and hashing it at every poll would
         # cost the whole file each time); its capture identity must not, across polls and restarts:
         # the inode and the header line name it.

@@ -68,7 +68,8 @@ def test_junk_lines_are_counted_and_good_rows_kept(csv_sample, data):
     full = header + body
     for bad in res.bad_rows:
         assert full[bad.offset : bad.offset + len(bad.line)] == bad.line
-    assert sorted(b.line for b in res.bad_rows) == sorted(j.rstrip(b"\r") for _, j in junk)
+    # the decoder strips the one \r of a CRLF ending, not every \r before the newline
+    assert sorted(b.line for b in res.bad_rows) == sorted(j.removesuffix(b"\r") for _, j in junk)
 
 
 @SETTINGS

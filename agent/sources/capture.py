@@ -42,17 +42,16 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator
 
-from aaco.agent.config_base import StrictModel
 from aaco.agent.errors import TraceFormatError
 from aaco.agent.pipeline.signals import define
 
 from .base import Source, SourceContext
 from .formats import DEFAULT_MAX_BYTES, expand, identify
 from .ingest import Quarantine, file_failed, ingest_file
+from .limits_config import TraceLimitSettings
 from .parsers import ITERATIONS_FIRST, context_for
 from .sched_targets import gpu_processes
 from .trace_common import MAX_MODEL_CHARS, model_from_command
-from .trace_limits import TraceLimits
 
 log = logging.getLogger("aaco.sources.capture")
 _CAPTURE_DIR = re.compile(r"^(\d+)-\d+$")  # <pid>-<epoch ms>, one per capture window
@@ -69,7 +68,7 @@ CAPTURES = define(
 )
 
 
-class CaptureConfig(StrictModel):
+class CaptureConfig(TraceLimitSettings):
     """Profile GPU processes in capture windows with a command, and ingest what it writes."""
 
     type: Literal["capture"] = "capture"
@@ -86,15 +85,6 @@ class CaptureConfig(StrictModel):
     keep_outputs: bool = Field(False, description="Keep each capture's directory after ingesting it.")
     max_file_bytes: PositiveInt = Field(
         DEFAULT_MAX_BYTES, description="Ignore output files larger than this, on disk; refuse them decompressed."
-    )
-    max_gzip_ratio: PositiveInt = Field(
-        TraceLimits.max_gzip_ratio,
-        description="Stop a gzip file that expands more than this many times its size (past 256 MiB): a bomb.",
-    )
-    max_json_depth: PositiveInt = Field(
-        TraceLimits.max_json_depth,
-        le=1024,  # orjson and yajl stop at 1024 levels themselves
-        description="A JSON trace nested deeper than this ends there (real ones: < 10).",
     )
     model: str | None = Field(
         None,
@@ -303,7 +293,7 @@ class CaptureSource(Source):
     ) -> None:
         """Read every trace a window left in ``out``; ``model``: the process's (None: each file names its own)."""
         cfg = self.config
-        limits = TraceLimits(cfg.max_file_bytes, max_gzip_ratio=cfg.max_gzip_ratio, max_json_depth=cfg.max_json_depth)
+        limits = cfg.trace_limits()
         files = []
         for path in expand([out]):
             try:

@@ -19,40 +19,27 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, PositiveInt
+from pydantic import Field
 
-from aaco.agent.config_base import StrictModel
 from aaco.agent.errors import TraceFormatError
 from aaco.agent.pipeline.clock import ClockOffset
 
 from .base import Source, SourceContext
-from .formats import DEFAULT_MAX_BYTES, expand, identify
+from .formats import expand, identify
 from .ingest import Quarantine, file_failed, ingest_file
+from .limits_config import TraceLimitSettings
 from .parsers import ITERATIONS_FIRST, context_for
-from .trace_limits import TraceLimits
 
 EXPLICIT = "explicit"  # the method of an offset the user gave (never re-anchored)
 
 
-class ReplaySourceConfig(StrictModel):
+class ReplaySourceConfig(TraceLimitSettings):
     """Replay trace files once: every format AACO reads (``.gz`` too), files or directories."""
 
     type: Literal["replay"] = "replay"
     name: str | None = Field(None, description="Source name in metrics and logs (default: the type).")
     paths: list[Path] = Field(..., min_length=1, description="Trace files, or directories of them (recursive).")
     model: str | None = Field(None, description="Model name for the iterations (default: the file name).")
-    max_file_bytes: PositiveInt = Field(
-        DEFAULT_MAX_BYTES, description="Refuse files larger than this, on disk or decompressed."
-    )
-    max_gzip_ratio: PositiveInt = Field(
-        TraceLimits.max_gzip_ratio,
-        description="Stop a gzip file that expands more than this many times its size (past 256 MiB): a bomb.",
-    )
-    max_json_depth: PositiveInt = Field(
-        TraceLimits.max_json_depth,
-        le=1024,  # orjson and yajl stop at 1024 levels themselves
-        description="A JSON trace nested deeper than this ends there (real ones: < 10).",
-    )
     force: bool = Field(False, description="Read files again even if the lake already holds them.")
     clock_offset_ns: int | None = Field(
         None,
@@ -76,7 +63,7 @@ class ReplaySource(Source):
         """Replay every file, reporting the ones that fail."""
         quarantine = Quarantine(ctx.quarantine)
         cfg = self.config
-        limits = TraceLimits(cfg.max_file_bytes, max_gzip_ratio=cfg.max_gzip_ratio, max_json_depth=cfg.max_json_depth)
+        limits = cfg.trace_limits()
         recognised = []
         for path in expand(list(self.config.paths)):
             try:

@@ -40,22 +40,21 @@ from typing import Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from aaco.agent.config_base import StrictModel
 from aaco.agent.errors import TraceFormatError
 
 from .base import Source, SourceContext, SourceRecord
-from .formats import DEFAULT_MAX_BYTES, GZIP_MAGIC, TraceFile, identify, recognise
+from .formats import GZIP_MAGIC, TraceFile, identify, recognise
 from .ingest import Quarantine, file_failed, first_offsets, ingest_file, where
+from .limits_config import TraceLimitSettings
 from .parsers import ITERATIONS_FIRST, TAILABLE, context_for
 from .rocprofv3_csv import Rocprofv3CsvDecoder, companions, load_companions
 from .trace_common import BadRow
-from .trace_limits import TraceLimits
 
 log = logging.getLogger("aaco.sources.trace_dir")
 IDENTITY_BYTES = 4096
 
 
-class TraceDirConfig(StrictModel):
+class TraceDirConfig(TraceLimitSettings):
     """Follow a spool directory of trace files: tail growing rocprofv3 CSVs, read others when complete."""
 
     type: Literal["trace_dir"] = "trace_dir"
@@ -65,18 +64,6 @@ class TraceDirConfig(StrictModel):
     poll_interval_s: PositiveFloat = Field(1.0, description="How often the directory is listed.")
     settle_s: PositiveFloat = Field(2.0, description="A non-tailed file is read once unchanged this long.")
     max_files: PositiveInt = Field(10_000, description="Files tracked at most (the newest are kept).")
-    max_file_bytes: PositiveInt = Field(
-        DEFAULT_MAX_BYTES, description="Refuse files larger than this, on disk or decompressed."
-    )
-    max_gzip_ratio: PositiveInt = Field(
-        TraceLimits.max_gzip_ratio,
-        description="Stop a gzip file that expands more than this many times its size (past 256 MiB): a bomb.",
-    )
-    max_json_depth: PositiveInt = Field(
-        TraceLimits.max_json_depth,
-        le=1024,  # orjson and yajl stop at 1024 levels themselves
-        description="A JSON trace nested deeper than this ends there (real ones: < 10).",
-    )
     tail_block_bytes: PositiveInt = Field(8 << 20, description="Most bytes read from one tailed file per poll.")
     max_line_bytes: PositiveInt = Field(1 << 20, description="A CSV line longer than this is skipped as bad.")
     model: str | None = Field(None, description="Model name for the iterations (default: the file name).")
@@ -124,9 +111,7 @@ class TraceDirSource(Source):
         super().__init__(name)
         self.config = config
         self._files: dict[str, _File] = {}
-        self.limits = TraceLimits(
-            config.max_file_bytes, max_gzip_ratio=config.max_gzip_ratio, max_json_depth=config.max_json_depth
-        )
+        self.limits = config.trace_limits()
 
     def run(self, ctx: SourceContext) -> None:
         """Poll until stopped."""

@@ -230,9 +230,11 @@ class TraceDirSource(Source):
             try:
                 f.format, _ = recognise(f.path)  # the first bytes only: no hash of a file still growing
             except TraceFormatError as exc:
-                if settled:  # complete and still not a trace: say so once, leave it
+                if settled:  # complete and still not a trace: bad input, kept aside once and not read again
                     f.unrecognised = True
+                    quarantine.file(f.path)
                     ctx.problem(self.name, os.fspath(f.path), "unrecognised", exc.message, fatal=False, count=1)
+                    ctx.ledger.register(f.key, 0, 0, {**self._meta(f), "quarantined": True}).seal()
                 return
         try:
             with f.path.open("rb") as fh:

@@ -22,7 +22,7 @@ import pytest
 from tests.conftest import get_free_port
 
 from .helpers import http_get, metric_value, read_lake, wait_for
-from .test_trace_sources import all_committed, kineto_truth, spool_config
+from .test_trace_sources import all_committed, checkpoints, kineto_truth, spool_config
 
 pytestmark = pytest.mark.integration
 
@@ -112,6 +112,8 @@ def test_bad_files_are_quarantined_and_the_spool_goes_on(tmp_path, aaco_bin, sam
             drop(spool, "1_overflow.json", overflow_trace(samples), t0),
             drop(spool, "2_open_brackets.json", b'{"schemaVersion": 1, "traceEvents": ' + b"[" * (200 << 10), t0 + 1),
         ]
+        # 200 KB of bare `[`: no trace at all; kept aside as bad input, counted, not looked at again
+        bare = drop(spool, "3_bare_brackets.json", b"[" * (200 << 10), t0 + 1)
         good = [
             drop(spool, A100, (samples / "kineto" / A100).read_bytes(), t0 + 2),
             drop(spool, MI250, (samples / "kineto" / MI250).read_bytes(), t0 + 3),
@@ -121,6 +123,9 @@ def test_bad_files_are_quarantined_and_the_spool_goes_on(tmp_path, aaco_bin, sam
         errors = source_errors(metrics, "trace_dir")
         assert "out_of_memory" not in errors, errors  # the parsers bound their work: no MemoryError was needed
         wait_for(lambda: all_committed(lake, bad + good), 120, what="every file committed")
+        wait_for(lambda: os.fspath(bare) in checkpoints(lake), 60, what="the bare brackets set aside")
+        assert checkpoints(lake)[os.fspath(bare)]["meta"]["quarantined"] is True
+        assert source_errors(http_get(base + "/metrics")[1], "trace_dir")["unrecognised"] == 1
         assert http_get(base + "/healthz") == (200, "ok\n")
         assert http_get(base + "/readyz") == (200, "ok\n")
         rss = peak_rss(agent.pid)
@@ -143,9 +148,9 @@ def test_bad_files_are_quarantined_and_the_spool_goes_on(tmp_path, aaco_bin, sam
     assert read["1_overflow.json"] in (0, truth[A100] - 1)  # nothing, or all but the bad event
 
     quarantined = sorted(p.name for p in (lake / "quarantine" / "trace_dir").iterdir())
-    assert {q.removesuffix(".bad") for q in quarantined} == {p.name for p in bad}  # the file, or its bad lines
+    assert {q.removesuffix(".bad") for q in quarantined} == {p.name for p in [*bad, bare]}  # the file, or its bad lines
     text = log.read_text()
-    assert all(str(p) in text for p in bad) and not any(str(p) in text for p in good)
+    assert all(str(p) in text for p in [*bad, bare]) and not any(str(p) in text for p in good)
     assert "Traceback" not in text
 
     # A restart reads only what is new: the bad files are not read (nor counted, nor logged) again.
@@ -164,5 +169,5 @@ def test_bad_files_are_quarantined_and_the_spool_goes_on(tmp_path, aaco_bin, sam
     assert source_errors(metrics, "trace_dir") == {}
     assert rss < GIB
     assert read_lake(lake, "kernels").num_rows == kernels.num_rows + truth[MI250]
-    assert not any(str(p) in log2.read_text() for p in bad)
+    assert not any(str(p) in log2.read_text() for p in [*bad, bare])
     assert sorted(p.name for p in (lake / "quarantine" / "trace_dir").iterdir()) == quarantined

@@ -212,7 +212,7 @@ class AgentService:
         with self._lock:
             return {name: run.source for name, run in self._sources.items()}
 
-    def capture_request(self, params: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    def capture_request(self, params: dict[str, str], who: str) -> tuple[int, dict[str, Any]]:
         """``POST /api/v1/capture?pid=P[&source=NAME]``: ask a capture source for a window of ``pid``."""
         try:
             pid = int(params.get("pid", ""))

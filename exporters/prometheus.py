@@ -66,7 +66,7 @@ COLLECT_DURATION = define(
 )
 
 Port = conint(ge=0, le=65535)
-Action = Callable[[dict[str, str]], tuple[int, dict[str, Any]]]
+Action = Callable[[dict[str, str], str], tuple[int, dict[str, Any]]]  # (query, who asked) -> (status, body)
 
 
 class PrometheusConfig(StrictModel):
@@ -75,6 +75,13 @@ class PrometheusConfig(StrictModel):
     enabled: bool = Field(True, description="Serve /metrics, /healthz and /readyz.")
     address: str = Field("127.0.0.1", description="Bind address; 0.0.0.0 (or ::) to be scraped from elsewhere.")
     port: Port = Field(9464, description="Port (9464 is OpenTelemetry's Prometheus exporter default; 0 picks one).")
+
+
+class AdminAuth(Protocol):
+    """Who may run admin actions (``agent/admin.py``)."""
+
+    def authorize(self, authorization: str | None, peer: str) -> tuple[bool, str]:
+        """(True, who asked) when the ``Authorization`` header allows admin actions, else (False, why not)."""
 
 
 class Health(Protocol):
@@ -175,9 +182,11 @@ class PrometheusExporter(Exporter):
         health: Health,
         node: str,
         actions: dict[str, Action] | None = None,
+        admin: AdminAuth | None = None,
     ) -> None:
         self.config = config
         self.actions = dict(actions or {})
+        self.admin = admin
         self.stats = stats
         self.health = health
         self.node = node
@@ -218,19 +227,28 @@ class PrometheusExporter(Exporter):
         return app
 
     def _action(self, path: str, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        """A POST to an admin action (``/api/v1/capture``): from this host only."""
+        """A POST to an admin action (``/api/v1/capture``), with a credential ``admin`` accepts."""
         if environ.get("REQUEST_METHOD") != "POST":
             start_response("405 Method Not Allowed", [("Content-Type", "application/json"), ("Allow", "POST")])
             return [b'{"error": "use POST"}\n']
-        if environ.get("REMOTE_ADDR") not in ("127.0.0.1", "::1", "::ffff:127.0.0.1"):
+        peer = f"{environ.get('REMOTE_ADDR', '?')}:{environ.get('REMOTE_PORT', '?')}"
+        if self.admin is None:
             start_response("403 Forbidden", [("Content-Type", "application/json")])
-            return [b'{"error": "admin actions are accepted from this host only"}\n']
+            return [b'{"error": "admin actions are off on this agent (no admin credential configured)"}\n']
+        ok, who = self.admin.authorize(environ.get("HTTP_AUTHORIZATION"), peer)
+        if not ok:
+            log.warning("admin action %s refused from %s: %s", path, peer, who)
+            start_response(
+                "401 Unauthorized", [("Content-Type", "application/json"), ("WWW-Authenticate", 'Bearer realm="aaco"')]
+            )
+            return [json.dumps({"error": who}).encode() + b"\n"]
         params = {k: v[-1] for k, v in urllib.parse.parse_qs(environ.get("QUERY_STRING", "")).items()}
-        code, doc = self.actions[path](params)
+        code, doc = self.actions[path](params, who)
         reason = {
             200: "OK",
             202: "Accepted",
             400: "Bad Request",
+            403: "Forbidden",
             404: "Not Found",
             409: "Conflict",
             429: "Too Many Requests",

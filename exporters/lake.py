@@ -27,6 +27,10 @@ later commit. On start, an intent left by a crash is finished (its temporary par
 they are linked) and its offsets folded in; stray temporary files are removed. So after a
 ``kill -9`` anywhere, the offsets say exactly what the visible parts hold. One agent per lake: a
 lock on ``DIR/.lock`` refuses a second one.
+
+Every file the lake writes (parts, checkpoints, ``analysis.json``, ``sources.json``, the lock) is
+0640 or tighter and every directory it makes 0750 (``agent/pipeline/files.py``): a part is created
+0640 before pyarrow writes into it and checked again before it is linked into place.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 
 from aaco.agent.config_base import StrictModel
 from aaco.agent.errors import AacoError
+from aaco.agent.pipeline.files import make_dirs, open_private, tighten, write_bytes_atomic
 from aaco.agent.pipeline.ledger import Ledger, Range
 from aaco.agent.pipeline.schemas import SCHEMAS, TIME_COLUMN, EventBatch
 from aaco.agent.pipeline.stats import EVENTS_DROPPED, EVENTS_EMITTED, EVENTS_RECEIVED, EXPORT_ERRORS, Stats
@@ -145,13 +150,6 @@ def write_json_atomic(path: Path, doc: Any) -> None:
     write_bytes_atomic(path, dump_json(doc))
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file and rename (readers see old or new, never half)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 @dataclass
 class _Entry:
     """One exported batch: its rows split by partition, and the ranges of input they came from."""
@@ -203,8 +201,8 @@ class LakeExporter(Exporter):
     def start(self) -> None:
         """Create the lake, take its lock, finish any commit a crash interrupted, load the offsets."""
         for sub in (*SCHEMAS, "checkpoints"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
-        self._lock_file = open(self.root / ".lock", "a+")  # noqa: SIM115 - held for the exporter's life
+            make_dirs(self.root / sub)
+        self._lock_file = os.fdopen(open_private(self.root / ".lock", os.O_RDWR), "r+")
         try:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
@@ -335,10 +333,12 @@ class LakeExporter(Exporter):
             try:
                 for i, ((kind, date, node), batches) in enumerate(sorted(grouped.items())):
                     directory = self.root / kind / f"date={date}" / f"node={urllib.parse.quote(node, safe='')}"
-                    directory.mkdir(parents=True, exist_ok=True)
+                    make_dirs(directory)
                     table = pa.Table.from_batches(batches, schema=SCHEMAS[kind]).drop_columns(["node"])
                     tmp = directory / f".part-c{seq}-{i}.tmp"
+                    os.close(open_private(tmp, os.O_WRONLY))  # made 0640: the writer truncates it, keeping its mode
                     pq.write_table(table, tmp, compression=self.config.compression, **parquet_options(table.schema))
+                    tighten(tmp)  # whatever the writer did, the part is 0640 or tighter before it is linked into place
                     final_path = directory / f"part-{self._next_part(directory):06d}.parquet"
                     while final_path.exists():
                         final_path = directory / f"part-{self._next_part(directory):06d}.parquet"

@@ -4,7 +4,7 @@ A whole file is one ledger range [0, size) (``pipeline/ledger.py``): every chunk
 is published as a piece of it, so the lake commits the file's offset only once every row is stored,
 and a file already committed is skipped on the next run. Bad rows are counted by reason
 (``aaco_source_errors_total``), logged once per file and reason, and copied to the quarantine
-(``DIR/quarantine/<source>/``, bounded): as lines where the parser gives them, else the whole
+(``DIR/quarantine/<source>/``, bounded, 0640 or tighter): as lines where the parser gives them, else the whole
 file. Each problem says where: the byte offset of the first bad row of its reason (in the
 decompressed content of a gzip file). A file that is damaged (``INCOMPLETE``: truncated JSON, a
 damaged gzip stream, JSON nested past ``max_json_depth``, invalid JSON between good events) keeps the
@@ -20,15 +20,17 @@ the log (the traceback at debug level), and the source goes on with its next fil
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
-import shutil
+import stat
 import threading
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from aaco.agent.errors import TraceFormatError
+from aaco.agent.pipeline.files import make_dirs, open_private
 
 from .base import SourceContext, SourceRecord
 from .formats import GZIP_MAGIC, TraceFile
@@ -42,6 +44,8 @@ log = logging.getLogger("aaco.sources.ingest")
 QUARANTINE_FILE_BYTES = 1 << 20  # bad rows kept per input file
 QUARANTINE_TOTAL_BYTES = 64 << 20  # per source
 QUARANTINE_COPY_BYTES = 16 << 20  # whole unreadable files copied up to this size
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 MESSAGE_CHARS = 300  # an exception's text kept in a problem (a parser's exception can quote a whole line)
 # Skipped reasons that mean the file itself is damaged (not a bad value in a good file): the events
 # around the damage are kept, the file is incomplete. Reason -> what the problem says.
@@ -58,10 +62,16 @@ DAMAGED = frozenset({"unreadable", "parser_error", "io_error", "out_of_memory", 
 
 
 class Quarantine:
-    """Bad input kept for a human to look at, bounded per file and in total; thread-safe."""
+    """Bad input kept for a human to look at, bounded per file and in total; thread-safe.
 
-    def __init__(self, root: Path | None) -> None:
+    Its files are 0640 or tighter, a copy never looser than its source (a 0600 file stays 0600), its
+    directories 0750 (``pipeline/files.py``). ``follow_symlinks`` False (the spool): a file that is a
+    symbolic link when it is copied is not copied.
+    """
+
+    def __init__(self, root: Path | None, *, follow_symlinks: bool = True) -> None:
         self.root = root
+        self.follow_symlinks = follow_symlinks
         self._used = 0
         self._per_file: Counter[str] = Counter()
         self._lock = threading.Lock()
@@ -86,27 +96,39 @@ class Quarantine:
         if room == 0:
             return
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            with open(self.root / f"{subject.name}.bad", "ab") as fh:
+            make_dirs(self.root)
+            with os.fdopen(open_private(self.root / f"{subject.name}.bad", os.O_WRONLY | os.O_APPEND), "ab") as fh:
                 fh.write(text[:room])
         except OSError as exc:
             log.warning("quarantine: cannot write under %s: %s", self.root, exc)
 
     def file(self, path: Path) -> None:
-        """Copy a file that could not be (fully) read."""
+        """Copy a file that could not be (fully) read: from the descriptor that was checked, mode no looser."""
         if self.root is None:
             return
+        flags = os.O_RDONLY | os.O_NONBLOCK | _CLOEXEC | (0 if self.follow_symlinks else _NOFOLLOW)
         try:
-            size = path.stat().st_size
-        except OSError:
-            return
-        if size > QUARANTINE_COPY_BYTES or self._room(path.name + "#file", size) < size:
-            return
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, self.root / path.name)
+            src = os.open(path, flags)
         except OSError as exc:
-            log.warning("quarantine: cannot copy %s: %s", path, exc)
+            if exc.errno == errno.ELOOP:
+                log.warning("quarantine: %s not copied: it is a symbolic link", path)
+            return
+        with os.fdopen(src, "rb") as fh:
+            st = os.fstat(src)
+            size = st.st_size
+            if not stat.S_ISREG(st.st_mode) or size > QUARANTINE_COPY_BYTES:
+                return
+            if self._room(path.name + "#file", size) < size:
+                return
+            mode = 0o600 | (stat.S_IMODE(st.st_mode) & 0o040)  # the agent's copy; group may read if it may the source
+            try:
+                make_dirs(self.root)
+                dest = self.root / path.name
+                with os.fdopen(open_private(dest, os.O_WRONLY | os.O_TRUNC, mode), "wb") as out:
+                    out.write(fh.read(size))  # what it held when checked (it is at most QUARANTINE_COPY_BYTES)
+                os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns))
+            except OSError as exc:
+                log.warning("quarantine: cannot copy %s: %s", path, exc)
 
 
 @dataclass

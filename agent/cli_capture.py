@@ -1,17 +1,26 @@
-"""``aaco capture --pid P``: ask the running agent for a capture window of one process."""
+"""``aaco capture --pid P``: ask the running agent for a capture window of one process.
+
+The request carries an admin credential: the bearer token of ``--token-file`` (the agent's
+``admin.token_file``) to the metrics port, or, with ``--socket``, none but the caller's own uid,
+which the agent reads from the Unix socket (it must be in ``admin.allowed_uids``).
+"""
 
 from __future__ import annotations
 
+import http.client
 import json
-import urllib.error
 import urllib.parse
-import urllib.request
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from .admin import DEFAULT_TOKEN_FILE, read_token
+from .admin_socket import UnixHTTPConnection
 from .cli import app, err_console, out_console
 from .errors import AacoError
+
+TIMEOUT_S = 10.0
 
 
 @app.command()
@@ -21,28 +30,59 @@ def capture(
         "http://127.0.0.1:9464"
     ),
     source: Annotated[str | None, typer.Option("--source", help="Which capture source (default: the first).")] = None,
+    token_file: Annotated[
+        Path, typer.Option("--token-file", help="The agent's admin token (its admin.token_file).")
+    ] = DEFAULT_TOKEN_FILE,
+    socket_path: Annotated[
+        Path | None,
+        typer.Option("--socket", help="Ask over the agent's admin.socket instead (no token: your uid is checked)."),
+    ] = None,
 ) -> None:
     """Queue a capture of PID on the running agent (its `capture` source runs the profiler and ingests the result)."""
     query = {"pid": str(pid), **({"source": source} if source else {})}
-    url = f"{agent.rstrip('/')}/api/v1/capture?{urllib.parse.urlencode(query)}"
-    req = urllib.request.Request(url, data=b"", method="POST")
+    target = "/api/v1/capture?" + urllib.parse.urlencode(query)
+    headers = {"Content-Length": "0"}
+    where = str(socket_path) if socket_path is not None else agent
     try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            doc = json.loads(resp.read() or b"{}")
-    except urllib.error.HTTPError as exc:
-        doc = json.loads(exc.read() or b"{}")
-        err_console.print(f"[bold red]error:[/] {doc.get('error', exc.reason)}", highlight=False)
+        if socket_path is not None:
+            conn: http.client.HTTPConnection = UnixHTTPConnection(socket_path, timeout=TIMEOUT_S)
+        else:
+            conn = _tcp(agent)
+            headers["Authorization"] = f"Bearer {read_token(token_file)}"
+        try:
+            conn.request("POST", target, headers=headers)
+            resp = conn.getresponse()
+            status, body = resp.status, resp.read()
+        finally:
+            conn.close()
+    except AacoError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2) from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise _no_agent(agent, exc) from None
+    except (OSError, http.client.HTTPException) as exc:
+        raise _no_agent(where, exc) from None
+    try:
+        doc = json.loads(body or b"{}")
+    except ValueError:
+        doc = {"error": body[:200].decode(errors="replace")}
+    if status >= 300:
+        err_console.print(f"[bold red]error:[/] {status}: {doc.get('error', 'refused')}", highlight=False)
+        raise typer.Exit(2)
     out_console.print(f"queued a capture of pid {doc['pid']} on source {doc['source']}", highlight=False)
+
+
+def _tcp(agent: str) -> http.client.HTTPConnection:
+    url = urllib.parse.urlsplit(agent if "://" in agent else f"http://{agent}")
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise AacoError("expected http://HOST:PORT or https://HOST:PORT", subject="--agent")
+    cls = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+    return cls(url.hostname, url.port, timeout=TIMEOUT_S)
 
 
 def _no_agent(agent: str, exc: Exception) -> typer.Exit:
     err = AacoError(
-        f"no agent answers ({getattr(exc, 'reason', exc)})",
+        f"no agent answers ({exc})",
         subject=agent,
-        hint="is `aaco agent` running here with a capture source and metrics enabled?",
+        hint="is `aaco agent` running here with a capture source and metrics enabled (or admin.socket set)?",
     )
     err_console.print(f"[bold red]error:[/] {err}", highlight=False)
     return typer.Exit(2)

@@ -1,9 +1,9 @@
 """The agent's configuration: one YAML file, typed and validated, every field documented.
 
-Shape: ``node``, ``sources: [{type: ...}]``, ``exporters: {prometheus, otlp, lake}``,
-``receivers: {otlp}``, ``analyzers: {...}``, ``pipeline: {...}``, ``log_level``. Unknown keys are
-errors. Every value can be overridden from the environment as ``AACO_<SECTION>_<KEY>`` (for example
-``AACO_EXPORTERS_PROMETHEUS_PORT=9500`` or ``AACO_NODE=gpu-7``; a value is read as YAML, so
+Shape: ``node``, ``sources: [{type: ...}]``, ``exporters: {prometheus, otlp, lake}``, ``receivers:
+{otlp}``, ``analyzers: {...}``, ``pipeline: {...}``, ``admin: {...}``, ``log_level``. Unknown keys
+are errors. Every value can be overridden from the environment as ``AACO_<SECTION>_<KEY>`` (for
+example ``AACO_EXPORTERS_PROMETHEUS_PORT=9500`` or ``AACO_NODE=gpu-7``; a value is read as YAML, so
 ``AACO_SOURCES='[{type: ort}]'`` replaces the source list), and command-line flags override both.
 Relative paths are relative to the working directory, as on the command line.
 
@@ -35,6 +35,7 @@ from aaco.exporters.lake import LakeConfig
 from aaco.exporters.otlp_settings import OtlpConfig
 from aaco.exporters.prometheus import PrometheusConfig
 
+from .admin import AdminConfig
 from .config_base import StrictModel
 from .errors import ConfigError
 from .receivers.config import OtlpReceiverConfig
@@ -114,6 +115,7 @@ class AgentConfig(StrictModel):
     receivers: ReceiversConfig = Field(default_factory=ReceiversConfig, description="Inbound protocols.")
     analyzers: AnalyzersConfig = Field(default_factory=AnalyzersConfig, description="Analyzer settings.")
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig, description="Pipeline bounds.")
+    admin: AdminConfig = Field(default_factory=AdminConfig, description="Who may run admin actions (captures).")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
 
     @model_validator(mode="after")

@@ -41,6 +41,9 @@ from aaco.exporters.lake import LakeExporter
 from aaco.exporters.otlp_settings import resolve as resolve_otlp
 from aaco.exporters.prometheus import PrometheusExporter
 
+from .admin import TokenAuth, load_token
+from .admin import capture as capture_action
+from .admin_socket import AdminSocketServer
 from .config import AgentConfig, source_names
 from .errors import AacoError
 from .pipeline.bus import Bus
@@ -50,7 +53,7 @@ from .pipeline.stats import Stats
 from .pipeline.worker import Pipeline
 from .sources import REGISTRY
 from .sources.base import Journal, NullProgress, Problem, Progress, Source, SourceContext
-from .sources.capture import CaptureSource
+from .sources.capture import CaptureConfig
 from .sources.supervise import Supervisor
 
 log = logging.getLogger("aaco.service")
@@ -133,6 +136,8 @@ class AgentService:
         self.final_snapshot: AnalysisSnapshot | None = None
         self.receiver: Any = None  # the OTLP receiver, when enabled
         self._forwarders: list[Any] = []  # OtlpSender for forwarded metrics and logs
+        self.admin: TokenAuth | None = None  # who may run admin actions, once started with a capture source
+        self._admin_socket: AdminSocketServer | None = None
 
     # -- exporters ----------------------------------------------------------------------------------
 
@@ -142,8 +147,7 @@ class AgentService:
         if ex.lake.enabled:
             out.append(LakeExporter(ex.lake, self.stats, self.journal.records_json, ledger=self.ledger))
         if ex.prometheus.enabled:
-            actions = {"/api/v1/capture": self.capture_request}
-            out.append(PrometheusExporter(ex.prometheus, self.stats, self, config.node, actions))
+            out.append(PrometheusExporter(ex.prometheus, self.stats, self, config.node, self._actions(), self.admin))
         if resolve_otlp(ex.otlp, "traces") is not None:
             from aaco.exporters.otlp_traces import OtlpTraceExporter  # gRPC and protobuf only when used
 
@@ -213,25 +217,23 @@ class AgentService:
             return {name: run.source for name, run in self._sources.items()}
 
     def capture_request(self, params: dict[str, str], who: str) -> tuple[int, dict[str, Any]]:
-        """``POST /api/v1/capture?pid=P[&source=NAME]``: ask a capture source for a window of ``pid``."""
-        try:
-            pid = int(params.get("pid", ""))
-        except ValueError:
-            return 400, {"error": "pid must be an integer"}
-        captures = {n: s for n, s in self.sources.items() if isinstance(s, CaptureSource)}
-        if params.get("source"):
-            captures = {n: s for n, s in captures.items() if n == params["source"]}
-        if not captures:
-            return 404, {
-                "error": "this agent has no capture source"
-                + (f" named {params['source']}" if params.get("source") else "")
-            }
-        name, source = next(iter(captures.items()))
-        ok, why = source.request(pid, "request")
-        if ok:
-            return 202, {"queued": True, "source": name, "pid": pid}
-        code = 429 if "captured" in why or "waiting" in why else 409 if "already" in why else 404
-        return code, {"queued": False, "source": name, "pid": pid, "error": why}
+        """``POST /api/v1/capture?pid=P[&source=NAME]`` asked by ``who``: a capture source's window of ``pid``."""
+        return capture_action(self.sources, params, who, self.stats)
+
+    def _actions(self) -> dict[str, Any]:
+        return {"/api/v1/capture": self.capture_request}
+
+    def _start_admin(self) -> None:
+        """The admin credentials (token, Unix socket), when a capture source gives them something to guard."""
+        if not any(isinstance(s, CaptureConfig) for s in self.config.sources):
+            return
+        adm = self.config.admin
+        self.admin = TokenAuth(load_token(adm.token_file), self.stats)
+        if adm.socket is not None:
+            self._admin_socket = AdminSocketServer(
+                adm.socket, adm.allowed_uids, self._actions(), self.admin, self.stats
+            )
+            self._admin_socket.start()
 
     def sources_done(self) -> bool:
         """True when every source has ended (replays finished, fixed cycles run)."""
@@ -250,8 +252,14 @@ class AgentService:
         with self._lock:
             if self.state is not State.NEW:
                 raise RuntimeError(f"cannot start a service that is {self.state.value}")
+            self._start_admin()
             self.exporters = self._build_exporters(self.config)
-            self._start_all(self.exporters)
+            try:
+                self._start_all(self.exporters)
+            except Exception:
+                if self._admin_socket is not None:
+                    self._admin_socket.stop()
+                raise
             self.pipeline.exporters = self.exporters
             self._worker = threading.Thread(target=self._work, name="aaco-pipeline", daemon=True)
             self._worker.start()
@@ -319,6 +327,8 @@ class AgentService:
         total = self.config.pipeline.shutdown_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + total
         sources_deadline = deadline - min(2.0, 0.3 * total)
+        if self._admin_socket is not None:
+            self._admin_socket.stop(min(2.0, 0.2 * total))
         if self.receiver is not None:
             self.receiver.stop(min(2.0, 0.2 * total))
         self._stop_sources(list(self._sources), sources_deadline)

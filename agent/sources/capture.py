@@ -1,19 +1,24 @@
 """The ``capture`` source: profile running GPU processes in windows, and ingest what the profiler writes.
 
-A command template (placeholders ``{pid}``, ``{out}``, ``{duration_ms}``), for example
-``rocprofv3 --attach {pid} --attach-duration-msec {duration_ms} --kernel-trace --output-format csv -d {out}``,
+A command template (placeholders ``{pid}``, ``{out}``, ``{duration_ms}``), for example ``rocprofv3
+--attach {pid} --attach-duration-msec {duration_ms} --kernel-trace --output-format csv -d {out}``,
 is run against GPU processes — those with ``/dev/kfd``, ``/dev/dri/renderD*`` or ``/dev/nvidia*``
 open (``sched_targets.gpu_processes``) — or configured pids: every ``interval_s`` on a schedule, and
-on demand (``request``: ``aaco capture --pid P``, which posts to the agent's
-``/api/v1/capture``, or an analyzer finding). Bounded: at most ``max_concurrent`` captures at
-once, at most one per pid per ``min_gap_s``, at most ``max_queue`` waiting; each capture in its own
-process group, killed when it outlives ``duration_ms`` plus ``timeout_s``. The template is split
-into arguments once (``shlex``) and the placeholders are filled per argument: no shell is involved,
-so a pid or path can never inject a command. What the command leaves in its output directory is
-read exactly once (``ingest.ingest_file``: a file that fails is quarantined and the others read) and
-the directory removed unless ``keep_outputs``. Every file is read within the source's limits
-(``max_file_bytes``, ``max_gzip_ratio``, ``max_json_depth``: ``trace_limits``). A window just captured
-is live data (it sets ``aaco_source_lag_seconds``); the directories an earlier run left behind are not.
+on demand (``request``: ``aaco capture --pid P``, which posts to the agent's ``/api/v1/capture``
+with an admin credential, or an analyzer finding). Whoever asks, a window is only run for a process
+the ``targets`` rule allows (a GPU process, or a listed pid; a thread id stands for its process) and
+never for pid 1, a kernel thread (``PF_KTHREAD``, or a child of kthreadd), the agent itself:
+``request`` answers a ``Request`` with the reason, and the rule is checked again as the window
+starts (the pid may have been reused). Bounded: at most ``max_concurrent`` captures at once, at most
+one per pid per ``min_gap_s``, at most ``max_queue`` waiting; each capture in its own process group,
+killed when it outlives ``duration_ms`` plus ``timeout_s``. The template is split into arguments
+once (``shlex``) and the placeholders are filled per argument: no shell is involved, so a pid or
+path can never inject a command. What the command leaves in its output directory is read exactly
+once (``ingest.ingest_file``: a file that fails is quarantined and the others read) and the
+directory removed unless ``keep_outputs``. Every file is read within the source's limits
+(``max_file_bytes``, ``max_gzip_ratio``, ``max_json_depth``: ``trace_limits``). A window just
+captured is live data (it sets ``aaco_source_lag_seconds``); the directories an earlier run left
+behind are not.
 
 A capture is named by its process: the kernels of a window take the model the target's command line
 names (``/proc/<pid>/cmdline``, read as the window starts, through ``trace_common.model_from_command``:
@@ -25,6 +30,7 @@ whatever process has its pid now; without it, the files name their model themsel
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import re
@@ -36,7 +42,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -50,22 +56,62 @@ from .formats import DEFAULT_MAX_BYTES, expand, identify
 from .ingest import Quarantine, file_failed, ingest_file
 from .limits_config import TraceLimitSettings
 from .parsers import ITERATIONS_FIRST, context_for
-from .sched_targets import gpu_processes
+from .sched_targets import gpu_processes, holds_gpu, tgid_of
 from .trace_common import MAX_MODEL_CHARS, model_from_command
 
 log = logging.getLogger("aaco.sources.capture")
 _CAPTURE_DIR = re.compile(r"^(\d+)-\d+$")  # <pid>-<epoch ms>, one per capture window
 MODEL_FILE = ".aaco-model"  # in a window's directory: the captured process's model (hidden: never a trace)
 CMDLINE_BYTES = 64 * 1024  # of /proc/<pid>/cmdline: model_from_command looks at the first words only
+PF_KTHREAD = 0x00200000  # in the flags of /proc/<pid>/stat (include/linux/sched.h)
+KTHREADD = 2  # the kernel thread every other kernel thread is a child of
+NEVER = frozenset({1, KTHREADD})  # init and kthreadd: never captured, whatever the targets say
 
 CAPTURES = define(
     "aaco.capture.runs",
     "aaco_captures",
     "counter",
     "{capture}",
-    "Capture windows by outcome (ok, failed, timeout, refused_rate, refused_queue).",
+    "Capture windows by outcome (ok, failed, timeout) and refused requests by reason (refused_gone, "
+    "refused_target, refused_forbidden, refused_already, refused_rate, refused_queue).",
     ("source", "outcome"),
 )
+
+
+class Outcome(enum.Enum):
+    """What became of a capture request; a refusal is counted under ``REFUSED[outcome]``."""
+
+    QUEUED = "queued"
+    NO_SUCH_PROCESS = "no_such_process"
+    NOT_A_TARGET = "not_a_target"
+    FORBIDDEN = "forbidden"  # init, kthreadd, a kernel thread, the agent
+    ALREADY = "already"
+    RATE_LIMITED = "rate_limited"
+    QUEUE_FULL = "queue_full"
+
+
+REFUSED = {
+    Outcome.NO_SUCH_PROCESS: "refused_gone",
+    Outcome.NOT_A_TARGET: "refused_target",
+    Outcome.FORBIDDEN: "refused_forbidden",
+    Outcome.ALREADY: "refused_already",
+    Outcome.RATE_LIMITED: "refused_rate",
+    Outcome.QUEUE_FULL: "refused_queue",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """The answer to a capture request: its outcome, the process it names (a thread's is its process), and why."""
+
+    outcome: Outcome
+    pid: int
+    detail: str
+
+    @property
+    def queued(self) -> bool:
+        """True when a window was queued."""
+        return self.outcome is Outcome.QUEUED
 
 
 class CaptureConfig(TraceLimitSettings):
@@ -77,7 +123,11 @@ class CaptureConfig(TraceLimitSettings):
     out_dir: Path = Field(Path("/var/lib/aaco/captures"), description="Where each capture gets its directory.")
     duration_ms: PositiveInt = Field(2000, description="Length of a capture window.")
     interval_s: NonNegativeFloat = Field(300.0, description="Capture targets this often; 0: only on demand.")
-    targets: Literal["gpu"] | list[PositiveInt] = Field("gpu", description="'gpu' (discovered) or a list of pids.")
+    targets: Literal["gpu"] | list[PositiveInt] = Field(
+        "gpu",
+        description="Which processes may be captured, scheduled or on demand: 'gpu' (those with a GPU device open) "
+        "or a list of pids (never 1 or 2).",
+    )
     max_concurrent: PositiveInt = Field(1, description="Captures running at once.")
     min_gap_s: NonNegativeFloat = Field(60.0, description="At most one capture per pid this often.")
     max_queue: PositiveInt = Field(64, description="Capture requests waiting at most.")
@@ -105,6 +155,13 @@ class CaptureConfig(TraceLimitSettings):
             raise ValueError("the command must write its output to {out}")
         return v
 
+    @field_validator("targets")
+    @classmethod
+    def _not_init(cls, v: Literal["gpu"] | list[int]) -> Literal["gpu"] | list[int]:
+        if isinstance(v, list) and NEVER & set(v):
+            raise ValueError(f"pids {sorted(NEVER)} (init, kthreadd) are never captured; remove them from targets")
+        return v
+
 
 def process_model(pid: int) -> str | None:
     """The model a running process's command line names (``model_from_command``), None if it is gone or names none."""
@@ -124,6 +181,31 @@ def saved_model(out: Path) -> str | None:
     except OSError:
         return None
     return text[:MAX_MODEL_CHARS] or None
+
+
+def forbidden(pid: int, proc: Path = Path("/proc")) -> str | None:
+    """Why process ``pid`` may never be captured (init, kthreadd, a kernel thread, the agent), else None.
+
+    A process that vanished is not forbidden (the caller finds it gone); one whose stat cannot be
+    parsed is (it cannot be shown to be a user process).
+    """
+    if pid in NEVER:
+        return f"pid {pid} is {'init' if pid == 1 else 'kthreadd'}"
+    if pid == os.getpid():  # its children run with its own rights: attaching to them gains nothing
+        return f"pid {pid} is this agent"
+    try:
+        text = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # "pid (comm) state ppid pgrp session tty_nr tpgid flags ...": comm may hold spaces and parentheses
+    fields = text.rpartition(")")[2].split()
+    try:
+        ppid, flags = int(fields[1]), int(fields[6])
+    except (IndexError, ValueError):
+        return f"pid {pid}: unreadable /proc/{pid}/stat"
+    if flags & PF_KTHREAD or ppid == KTHREADD:
+        return f"pid {pid} is a kernel thread"
+    return None
 
 
 def fill(arg: str, values: dict[str, str]) -> str:
@@ -151,24 +233,48 @@ class CaptureSource(Source):
 
     # -- requests -----------------------------------------------------------------------------------
 
-    def request(self, pid: int, reason: str) -> tuple[bool, str]:
-        """Ask for a capture of ``pid`` (on demand); (accepted, why not)."""
-        if not Path(f"/proc/{pid}").exists():
-            return False, f"no process with pid {pid}"
-        now = time.monotonic()
-        with self._lock:
-            last = self._last.get(pid)
-            if pid in self._running or any(p == pid for p, _ in self._queue):
-                return False, f"pid {pid} is already being captured"
-            if last is not None and now - last < self.config.min_gap_s:
-                self._count("refused_rate")
-                return False, f"pid {pid} was captured {now - last:.0f}s ago (min_gap_s {self.config.min_gap_s:.0f})"
-            if len(self._queue) >= self.config.max_queue:
-                self._count("refused_queue")
-                return False, "too many captures waiting"
-            self._queue.append((pid, reason))
-        self._wake.set()
-        return True, "queued"
+    def request(self, pid: int, reason: str) -> Request:
+        """Ask for a capture of ``pid`` (on demand or scheduled): queued, or refused with the reason (counted)."""
+        pid, answer = self._check(pid)
+        if answer is None:
+            now = time.monotonic()
+            with self._lock:
+                last = self._last.get(pid)
+                if pid in self._running or any(p == pid for p, _ in self._queue):
+                    answer = Request(Outcome.ALREADY, pid, f"pid {pid} is already being captured")
+                elif last is not None and now - last < self.config.min_gap_s:
+                    answer = Request(
+                        Outcome.RATE_LIMITED,
+                        pid,
+                        f"pid {pid} was captured {now - last:.0f}s ago (min_gap_s {self.config.min_gap_s:.0f})",
+                    )
+                elif len(self._queue) >= self.config.max_queue:
+                    why = f"too many captures waiting (max_queue {self.config.max_queue})"
+                    answer = Request(Outcome.QUEUE_FULL, pid, why)
+                else:
+                    self._queue.append((pid, reason))
+                    answer = Request(Outcome.QUEUED, pid, "queued")
+        if answer.queued:
+            self._wake.set()
+        else:
+            self._count(REFUSED[answer.outcome])
+        return answer
+
+    def _check(self, pid: int) -> tuple[int, Request | None]:
+        """The policy: the process ``pid`` names (its tgid), and None when it may be captured, else the refusal."""
+        tgid = tgid_of(pid)
+        if tgid is None:
+            return pid, Request(Outcome.NO_SUCH_PROCESS, pid, f"no process with pid {pid}")
+        why = forbidden(tgid)
+        if why is not None:
+            return tgid, Request(Outcome.FORBIDDEN, tgid, f"{why}: never captured")
+        targets = self.config.targets
+        if targets == "gpu":
+            if not holds_gpu(tgid):
+                return tgid, Request(Outcome.NOT_A_TARGET, tgid, f"pid {tgid} has no GPU device open (targets: gpu)")
+        elif tgid not in targets:
+            return tgid, Request(Outcome.NOT_A_TARGET, tgid, f"pid {tgid} is not in this source's targets {targets}")
+        return tgid, None
 
     def _count(self, outcome: str) -> None:
         if self._ctx is not None:
@@ -178,6 +284,13 @@ class CaptureSource(Source):
         if self.config.targets == "gpu":
             return gpu_processes() - {os.getpid()}
         return {p for p in self.config.targets if Path(f"/proc/{p}").exists()}
+
+    def _schedule(self) -> None:
+        """One scheduled round: a window for every target (a refusal other than rate or already is said)."""
+        for pid in sorted(self._targets()):
+            answer = self.request(pid, "schedule")
+            if answer.outcome in (Outcome.FORBIDDEN, Outcome.NOT_A_TARGET, Outcome.QUEUE_FULL):
+                log.warning("capture: scheduled window refused: %s (source %s targets)", answer.detail, self.name)
 
     # -- the loop -----------------------------------------------------------------------------------
 
@@ -192,8 +305,7 @@ class CaptureSource(Source):
             while not ctx.stop.is_set():
                 now = time.monotonic()
                 if now >= next_round:
-                    for pid in sorted(self._targets()):
-                        self.request(pid, "schedule")
+                    self._schedule()
                     next_round = now + cfg.interval_s
                 while True:
                     with self._lock:
@@ -223,6 +335,11 @@ class CaptureSource(Source):
         cfg = self.config
         out = cfg.out_dir / f"{pid}-{time.time_ns() // 1_000_000}"
         try:
+            _, refused = self._check(pid)  # again: the pid may have ended, or been reused, while it waited
+            if refused is not None:
+                self._count(REFUSED[refused.outcome])
+                log.warning("capture of pid %d (%s) not run: %s", pid, reason, refused.detail)
+                return
             out.mkdir(parents=True, exist_ok=True)
             named = process_model(pid)  # now, while the process runs
             if named is not None:

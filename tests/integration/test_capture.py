@@ -1,6 +1,7 @@
 """The capture source: scheduled and on-demand windows, bounded, ingested (rocprofv3 cannot run here:
 the command copies a real sample where rocprofv3 would write). A capture is named by its process:
-the targets run ``python train_sleeper.py``, so their kernels are the model ``train_sleeper``."""
+the targets run ``python train_sleeper.py``, so their kernels are the model ``train_sleeper``.
+Who may ask for a capture is tested in test_admin_auth.py; here ``aaco capture`` sends the token."""
 
 from __future__ import annotations
 
@@ -35,26 +36,30 @@ def sleepers(tmp_path):
         p.wait()
 
 
-def config(tmp_path, samples, port, targets, interval_s, command=None, **extra):
+def source(tmp_path, samples, targets, interval_s, command=None, **extra):
+    """A capture source copying a real rocprofv3 sample where the profiler would write."""
     sample = samples / "rocprofv3" / "kernel_trace.csv"
-    cmd = command or f"cp {sample} {{out}}/{{pid}}_kernel_trace.csv"
+    return {
+        "type": "capture",
+        "command": command or f"cp {sample} {{out}}/{{pid}}_kernel_trace.csv",
+        "out_dir": str(tmp_path / "captures"),
+        "targets": targets,
+        "interval_s": interval_s,
+        "min_gap_s": 120,
+        "duration_ms": 100,
+        **extra,
+    }
+
+
+def config(tmp_path, samples, port, targets, interval_s, command=None, sources=None, **extra):
+    """The agent's configuration: one capture source (or ``sources``), its admin token in tmp_path."""
     path = tmp_path / "agent.yaml"
     path.write_text(
         yaml.safe_dump(
             {
                 "node": "cap-node",
-                "sources": [
-                    {
-                        "type": "capture",
-                        "command": cmd,
-                        "out_dir": str(tmp_path / "captures"),
-                        "targets": targets,
-                        "interval_s": interval_s,
-                        "min_gap_s": 120,
-                        "duration_ms": 100,
-                        **extra,
-                    }
-                ],
+                "sources": sources or [source(tmp_path, samples, targets, interval_s, command, **extra)],
+                "admin": {"token_file": str(tmp_path / "admin-token")},
                 "exporters": {
                     "prometheus": {"port": port},
                     "lake": {"path": str(tmp_path / "lake"), "flush_interval_s": 0.3},
@@ -66,33 +71,36 @@ def config(tmp_path, samples, port, targets, interval_s, command=None, **extra):
     return path
 
 
+def ok_captures(base: str, source: str) -> float | None:
+    return metric_value(http_get(base + "/metrics")[1], "aaco_captures_total", source=source, outcome="ok")
+
+
 def test_scheduled_and_on_demand_captures(tmp_path, aaco_bin, samples, sleepers):
     port = get_free_port()
     first, second = sleepers
-    cfg = config(tmp_path, samples, port, [first], interval_s=0.5)
+    # one source captures its target on a schedule, the other only when asked (each only its own target)
+    scheduled = {**source(tmp_path, samples, [first], interval_s=0.5), "name": "scheduled"}
+    on_demand = {**source(tmp_path, samples, [second], interval_s=0), "name": "on-demand"}
+    cfg = config(tmp_path, samples, port, None, 0, sources=[scheduled, on_demand])
     agent = start_aaco(aaco_bin, "agent", "--config", str(cfg), log=tmp_path / "agent.log")
     base = f"http://127.0.0.1:{port}"
+    ask = ("capture", "--agent", base, "--token-file", str(tmp_path / "admin-token"), "--source", "on-demand")
     try:
         wait_for(lambda: http_get(base + "/readyz")[0] == 200, 60, what="ready")
-        wait_for(
-            lambda: metric_value(http_get(base + "/metrics")[1], "aaco_captures_total", outcome="ok") == 1,
-            60,
-            what="the scheduled capture",
-        )
-        # on demand, through the command line
-        proc = run_aaco(aaco_bin, "capture", "--pid", str(second), "--agent", base)
+        wait_for(lambda: ok_captures(base, "scheduled") == 1, 60, what="the scheduled capture")
+        # on demand, through the command line, with the token the agent generated
+        proc = run_aaco(aaco_bin, *ask, "--pid", str(second))
         assert proc.returncode == 0, proc.stderr
         assert f"pid {second}" in proc.stdout
-        wait_for(
-            lambda: metric_value(http_get(base + "/metrics")[1], "aaco_captures_total", outcome="ok") == 2,
-            60,
-            what="the requested capture",
-        )
+        wait_for(lambda: ok_captures(base, "on-demand") == 1, 60, what="the requested capture")
         # bounded: the same pid again within min_gap_s is refused, and counted
-        again = run_aaco(aaco_bin, "capture", "--pid", str(second), "--agent", base)
-        assert again.returncode == 2 and "captured" in again.stderr
-        gone = run_aaco(aaco_bin, "capture", "--pid", "999999999", "--agent", base)
-        assert gone.returncode == 2 and "no process with pid" in gone.stderr
+        again = run_aaco(aaco_bin, *ask, "--pid", str(second))
+        assert again.returncode == 2 and "429" in again.stderr and "captured" in again.stderr
+        gone = run_aaco(aaco_bin, *ask, "--pid", "999999999")
+        assert gone.returncode == 2 and "404" in gone.stderr and "no process with pid" in gone.stderr
+        metrics = http_get(base + "/metrics")[1]
+        for outcome in ("refused_rate", "refused_gone"):
+            assert metric_value(metrics, "aaco_captures_total", source="on-demand", outcome=outcome) == 1
         wait_for(
             lambda: (metric_value(http_get(base + "/metrics")[1], "aaco_kernels_total", kind="kernel") or 0) == 18,
             30,
@@ -108,12 +116,15 @@ def test_scheduled_and_on_demand_captures(tmp_path, aaco_bin, samples, sleepers)
     assert sorted(set(k.column("pid").to_pylist())) == sorted([first, second])  # attributed to the captured pids
     # named by the captured process, not by the files ({pid}_kernel_trace): one model for both windows
     assert set(k.column("model").to_pylist()) == {MODEL}
-    assert k.filter(pc.equal(k["source"], "capture")).num_rows == 18
+    assert sorted(k["source"].to_pylist()) == ["on-demand"] * 9 + ["scheduled"] * 9
     assert not list((tmp_path / "captures").iterdir())  # outputs removed once ingested
 
 
-def test_no_agent_is_a_clear_error(aaco_bin):
-    proc = run_aaco(aaco_bin, "capture", "--pid", "1", "--agent", f"http://127.0.0.1:{get_free_port()}")
+def test_no_agent_is_a_clear_error(aaco_bin, tmp_path):
+    token = tmp_path / "token"
+    token.write_text("t" * 40)
+    agent = f"http://127.0.0.1:{get_free_port()}"
+    proc = run_aaco(aaco_bin, "capture", "--pid", "1", "--agent", agent, "--token-file", str(token))
     assert proc.returncode == 2 and "no agent answers" in proc.stderr and "Traceback" not in proc.stderr
 
 

@@ -33,6 +33,7 @@ from tests.support.helm_chart import (
     render,
     scenario_id,
     scenario_values,
+    without_chart_owned,
 )
 
 pytestmark = pytest.mark.integration
@@ -78,7 +79,8 @@ def agent_env() -> dict[str, str]:
 
 def test_the_scenarios_the_issue_asks_for_exist():
     names = {p.name for p in SCENARIOS}
-    assert {"nvidia-values.yaml", "amd-capture-values.yaml", "otlp-gateway-tls-values.yaml"} <= names
+    asked = {"nvidia-values.yaml", "amd-capture-values.yaml", "otlp-gateway-tls-values.yaml", "secure-values.yaml"}
+    assert asked <= names
     amd = scenario_values(CHART_DIR / "ci" / "amd-capture-values.yaml")
     assert amd["capture"]["enabled"] is True
     tls = scenario_values(CHART_DIR / "ci" / "otlp-gateway-tls-values.yaml")
@@ -188,7 +190,8 @@ def test_configmap_holds_the_given_config(scenario: Path | None):
     values = scenario_values(scenario)
     rendered = render(values)
     held = yaml.safe_load(rendered.config_text())
-    assert held == rendered.values["config"]
+    # The config as given, but for the file paths the chart sets when it mounts Secrets (test_helm_security.py).
+    assert without_chart_owned(held) == without_chart_owned(rendered.values["config"])
     for key, value in (values.get("config") or {}).items():
         if not isinstance(value, dict):
             assert held[key] == value
@@ -206,7 +209,7 @@ def test_configmap_holds_a_custom_config_verbatim():
     held = yaml.safe_load(rendered.config_text())
     for key, value in config.items():
         if key == "exporters":
-            assert held["exporters"]["otlp"] == value["otlp"]
+            assert held["exporters"]["otlp"] == {**value["otlp"], "memory_budget_mib": 256}
         else:
             assert held[key] == value
     # Defaults the user did not touch are kept (Helm merges maps), and the config still validates.
@@ -604,9 +607,10 @@ def test_probes_and_resources(scenario: Path | None):
     port = yaml.safe_load(rendered.config_text())["exporters"]["prometheus"]["port"]
     (metrics,) = [p for p in c["ports"] if p["name"] == "metrics"]
     assert metrics["containerPort"] == port
-    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
-    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
-    assert c["startupProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    scheme = "HTTPS" if rendered.values["metrics"]["tls"]["enabled"] else "HTTP"
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics", "scheme": scheme}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics", "scheme": scheme}
+    assert c["startupProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics", "scheme": scheme}
     for kind in ("requests", "limits"):
         assert {"cpu", "memory"} <= set(c["resources"][kind]), kind
     assert c["args"] == ["agent", "--config", "/etc/aaco/config/config.yaml"]

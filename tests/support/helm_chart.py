@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import sys
 from dataclasses import dataclass
@@ -44,6 +45,28 @@ def sync_module() -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+# Keys of the agent's config the chart sets itself when it mounts their files from Secrets.
+CHART_OWNED = (("admin", "token_file"), ("exporters", "prometheus", "web_config_file"), ("receivers", "otlp", "tls"))
+
+
+def without_chart_owned(config: dict[str, Any]) -> dict[str, Any]:
+    """A copy of an agent config without the keys the chart sets (CHART_OWNED), and sections left empty."""
+    doc = copy.deepcopy(config)
+    for *parents, key in CHART_OWNED:
+        chain = [doc]
+        for name in parents:
+            node = chain[-1].get(name)
+            if not isinstance(node, dict):
+                break
+            chain.append(node)
+        else:
+            chain[-1].pop(key, None)
+            for name, parent in zip(reversed(parents), reversed(chain[:-1]), strict=True):
+                if parent[name] == {}:
+                    del parent[name]
+    return doc
 
 
 def scenario_values(path: Path | None) -> dict[str, Any]:

@@ -225,4 +225,132 @@ Refuse values that would deploy an agent that cannot work, each with the reason.
 {{- if and .Values.otlpTls.secretName (not (hasPrefix "/" .Values.otlpTls.mountPath)) }}
 {{- fail "otlpTls.mountPath must be an absolute path" }}
 {{- end }}
+{{- if and .Values.metrics.tls.enabled (not .Values.metrics.tls.existingSecret) }}
+{{- fail "metrics.tls.enabled needs metrics.tls.existingSecret: a Secret with tls.crt and tls.key (kubernetes.io/tls, e.g. from cert-manager), and ca.crt for client certificates" }}
+{{- end }}
+{{- if hasPrefix "Require" .Values.metrics.tls.clientAuthType }}
+{{- fail (printf "metrics.tls.clientAuthType %s: the kubelet's probes present no client certificate, so /healthz and /readyz would fail; use VerifyClientCertIfGiven (with basic auth for the rest)" .Values.metrics.tls.clientAuthType) }}
+{{- end }}
+{{- if and .Values.metrics.basicAuth.username (not (regexMatch "^\\$2[aby]?\\$[0-9]{2}\\$.{53}$" (toString .Values.metrics.basicAuth.passwordHash))) }}
+{{- fail "metrics.basicAuth.passwordHash must be a bcrypt hash (the web-config format stores no passwords): htpasswd -nBC 10 '' | tr -d ':\\n'" }}
+{{- end }}
+{{- if and .Values.metrics.basicAuth.username .Values.metrics.webConfig.existingSecret }}
+{{- fail "metrics.basicAuth.username and metrics.webConfig.existingSecret are both set: put the users in the existing web-config file (basic_auth_users), or let the chart render it" }}
+{{- end }}
+{{- if and .Values.serviceMonitor.enabled .Values.metrics.basicAuth.username (not .Values.serviceMonitor.basicAuthSecret.name) }}
+{{- fail "metrics.basicAuth is on but serviceMonitor.basicAuthSecret.name is empty: Prometheus needs the plaintext username and password from a Secret to scrape" }}
+{{- end }}
+{{- if and .Values.receiver.tls.existingSecret (not (include "aaco.receiverEnabled" .)) }}
+{{- fail "receiver.tls.existingSecret is set but config.receivers.otlp.enabled is false: there is no receiver to serve TLS" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The memory limit: resources.limits.memory when set, else derived from the OTLP byte budget:
+memoryLimit.baseMiB (the agent without OTLP data) + 2 x config.exporters.otlp.memory_budget_mib
+(the budget counts wire bytes; the parsed protobuf costs about as much again). docs/security.md, "Memory".
+*/}}
+{{- define "aaco.memoryLimit" -}}
+{{- $limits := (.Values.resources).limits | default dict }}
+{{- if $limits.memory }}
+{{- $limits.memory }}
+{{- else }}
+{{- $budget := (((.Values.config).exporters).otlp | default dict).memory_budget_mib | default 256 | int }}
+{{- printf "%dMi" (add (int .Values.memoryLimit.baseMiB) (mul 2 $budget)) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The container's resources, with the memory limit of aaco.memoryLimit.
+*/}}
+{{- define "aaco.resources" -}}
+{{- $resources := deepCopy (.Values.resources | default dict) }}
+{{- $limits := $resources.limits | default dict }}
+{{- $_ := set $limits "memory" (include "aaco.memoryLimit" .) }}
+{{- $_ := set $resources "limits" $limits }}
+{{- toYaml $resources }}
+{{- end }}
+
+{{/*
+Admin actions (POST /api/v1/capture, the capture source's on-demand windows) need a bearer token:
+mounted from a Secret whenever capture windows are on (the only admin action).
+*/}}
+{{- define "aaco.adminToken" -}}
+{{- if .Values.capture.enabled }}true{{ end }}
+{{- end }}
+
+{{- define "aaco.adminSecretName" -}}
+{{- .Values.admin.existingSecret | default (printf "%s-admin" (include "aaco.fullname" .)) }}
+{{- end }}
+
+{{/*
+/metrics behind a Prometheus web-config file (TLS, basic auth): the chart's own or metrics.webConfig.existingSecret.
+*/}}
+{{- define "aaco.webConfigEnabled" -}}
+{{- if or .Values.metrics.tls.enabled .Values.metrics.basicAuth.username .Values.metrics.webConfig.existingSecret }}true{{ end }}
+{{- end }}
+
+{{- define "aaco.webConfigSecretName" -}}
+{{- .Values.metrics.webConfig.existingSecret | default (printf "%s-web-config" (include "aaco.fullname" .)) }}
+{{- end }}
+
+{{/*
+The web-config file the chart renders (exporter-toolkit format, as node-exporter and dcgm-exporter read it).
+*/}}
+{{- define "aaco.webConfig" -}}
+{{- $web := dict }}
+{{- if .Values.metrics.tls.enabled }}
+{{- $root := trimSuffix "/" .Values.metrics.tls.mountPath }}
+{{- $tls := dict "cert_file" (printf "%s/tls.crt" $root) "key_file" (printf "%s/tls.key" $root) }}
+{{- if ne .Values.metrics.tls.clientAuthType "NoClientCert" }}
+{{- $_ := set $tls "client_auth_type" .Values.metrics.tls.clientAuthType }}
+{{- $_ := set $tls "client_ca_file" (printf "%s/ca.crt" $root) }}
+{{- end }}
+{{- $_ := set $web "tls_server_config" $tls }}
+{{- end }}
+{{- with .Values.metrics.basicAuth.username }}
+{{- $_ := set $web "basic_auth_users" (dict . $.Values.metrics.basicAuth.passwordHash) }}
+{{- end }}
+{{- toYaml $web }}
+{{- end }}
+
+{{/*
+The agent's config: .Values.config with the keys the chart owns when it mounts their files
+(admin.token_file, exporters.prometheus.web_config_file, receivers.otlp.tls).
+*/}}
+{{- define "aaco.config" -}}
+{{- $config := deepCopy (.Values.config | default dict) }}
+{{- if include "aaco.adminToken" . }}
+{{- $admin := get $config "admin" | default dict }}
+{{- $_ := set $admin "token_file" (printf "%s/token" (trimSuffix "/" .Values.admin.mountPath)) }}
+{{- $_ := set $config "admin" $admin }}
+{{- end }}
+{{- if include "aaco.webConfigEnabled" . }}
+{{- $exporters := get $config "exporters" | default dict }}
+{{- $prom := get $exporters "prometheus" | default dict }}
+{{- $_ := set $prom "web_config_file" (printf "%s/web-config.yml" (trimSuffix "/" .Values.metrics.webConfig.mountPath)) }}
+{{- $_ := set $exporters "prometheus" $prom }}
+{{- $_ := set $config "exporters" $exporters }}
+{{- end }}
+{{- if .Values.receiver.tls.existingSecret }}
+{{- $root := trimSuffix "/" .Values.receiver.tls.mountPath }}
+{{- $receivers := get $config "receivers" | default dict }}
+{{- $otlp := get $receivers "otlp" | default dict }}
+{{- $tls := dict "cert_file" (printf "%s/tls.crt" $root) "key_file" (printf "%s/tls.key" $root) "client_ca_file" nil }}
+{{- if .Values.receiver.tls.verifyClients }}
+{{- $_ := set $tls "client_ca_file" (printf "%s/ca.crt" $root) }}
+{{- end }}
+{{- $_ := set $otlp "tls" $tls }}
+{{- $_ := set $receivers "otlp" $otlp }}
+{{- $_ := set $config "receivers" $receivers }}
+{{- end }}
+{{- toYaml $config }}
+{{- end }}
+
+{{/*
+Secret volumes: 0400, read by the agent (root). A non-root agent reads them through fsGroup (the
+kubelet makes them 0440, group-owned by it).
+*/}}
+{{- define "aaco.fsGroup" -}}
+{{- if ne (int .Values.runAsUser) 0 }}{{ .Values.runAsGroup }}{{ end }}
 {{- end }}

@@ -4,21 +4,26 @@ A prometheus-client custom collector renders, at scrape time, the latest analyze
 the agent's self-metrics, both as ``MetricPoint``s with registered definitions (so names, help
 texts and label sets are fixed in code). The iteration latency histogram carries its latest
 trace ID as an exemplar (shown in OpenMetrics responses), so Grafana can jump to the trace.
+
+The server takes a Prometheus web-config file (``web_config_file``, see ``web_config.py``) for TLS and basic
+auth, as node-exporter does. ``/healthz`` and ``/readyz`` stay open whatever it says: Kubernetes probes cannot
+carry a secret without putting it in the pod spec, and they tell nothing but up or not. The admin actions
+(``/api/v1/capture``) have their own bearer token (both would use the Authorization header) and skip basic auth.
+Connections are served by a bounded pool of threads (the TLS handshake in the worker, never in the accept
+loop), each cut off ``request_timeout_s`` after it was accepted; every refusal is counted.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import socket
 import threading
 import time
 import urllib.parse
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from socketserver import ThreadingMixIn
+from pathlib import Path
 from typing import Any, Protocol
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import (
@@ -28,7 +33,7 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.samples import Exemplar
-from pydantic import Field, conint
+from pydantic import Field, PositiveFloat, PositiveInt, conint
 
 from aaco.agent import __version__
 from aaco.agent.config_base import StrictModel
@@ -39,6 +44,8 @@ from aaco.agent.pipeline.stats import Stats
 from aaco.analyzers.base import AnalysisSnapshot
 
 from .base import Exporter, ExportResult
+from .metrics_server import PoolServer, PoolServerV6
+from .web_config import WebConfigWatcher, WebState
 
 log = logging.getLogger("aaco.exporters.prometheus")
 
@@ -49,6 +56,17 @@ AGENT_INFO = define(
     "1",
     "The agent's version and node (value 1).",
     ("version", "node"),
+)
+METRICS_SERVER_REFUSED = define(
+    "aaco.metrics_server.refused",
+    "aaco_metrics_server_refused",
+    "counter",
+    "{request}",
+    "Connections and requests the /metrics server refused, by reason: no_credentials and bad_credentials (401, "
+    "basic auth), config_error (500: the web-config file's latest change did not load), tls_handshake, "
+    "client_cert (no or unverified client certificate), client_san (not in client_allowed_sans), timeout "
+    "(request_timeout_s passed), busy (max_workers connections already served).",
+    ("reason",),
 )
 AGENT_START = define(
     "aaco.agent.start_time",
@@ -75,6 +93,23 @@ class PrometheusConfig(StrictModel):
     enabled: bool = Field(True, description="Serve /metrics, /healthz and /readyz.")
     address: str = Field("127.0.0.1", description="Bind address; 0.0.0.0 (or ::) to be scraped from elsewhere.")
     port: Port = Field(9464, description="Port (9464 is OpenTelemetry's Prometheus exporter default; 0 picks one).")
+    web_config_file: Path | None = Field(
+        None,
+        description="A Prometheus web-config file for TLS and basic auth, as node-exporter's --web.config.file "
+        "(tls_server_config, basic_auth_users with bcrypt hashes, http_server_config.headers); relative paths in "
+        "it are relative to its folder; read again when it or a file it names changes. /healthz and /readyz "
+        "stay open (probes carry no secret); /api/v1/capture has its own bearer token. null: plain HTTP, no auth.",
+    )
+    max_workers: PositiveInt = Field(
+        8,
+        description="Connections served at once, one thread each (TLS handshake included); one more is closed "
+        "and counted (aaco_metrics_server_refused_total{reason=busy}).",
+    )
+    request_timeout_s: PositiveFloat = Field(
+        10.0,
+        description="Longest a connection may take from accept to the end of its response (TLS handshake "
+        "included); then it is cut and counted (reason=timeout).",
+    )
 
 
 class AdminAuth(Protocol):
@@ -139,6 +174,17 @@ def _le(bound: float) -> str:
     return repr(float(bound))
 
 
+def _with_headers(start_response: Callable[..., Any], extra: list[tuple[str, str]]) -> Callable[..., Any]:
+    """``start_response`` adding the web-config file's ``http_server_config.headers`` to every response."""
+    if not extra:
+        return start_response
+
+    def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        return start_response(status, headers + extra, exc_info)
+
+    return start
+
+
 class _Collector:
     def __init__(self, exporter: PrometheusExporter) -> None:
         self._exp = exporter
@@ -156,18 +202,7 @@ class _Collector:
         self._exp.last_collect_s = time.perf_counter() - t0
 
 
-class _Server(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-
-class _V6Server(_Server):
-    address_family = socket.AF_INET6
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        """Requests are not logged (scrapes every few seconds would flood the log)."""
+HEALTH_PATHS = ("/healthz", "/readyz")
 
 
 class PrometheusExporter(Exporter):
@@ -195,7 +230,8 @@ class PrometheusExporter(Exporter):
         self.last_collect_s = 0.0
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))  # type: ignore[arg-type]
-        self._server: WSGIServer | None = None
+        self._server: PoolServer | None = None
+        self._web: WebConfigWatcher | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
 
@@ -209,7 +245,14 @@ class PrometheusExporter(Exporter):
 
         def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
             path = environ.get("PATH_INFO", "/")
-            if path in ("/healthz", "/readyz"):
+            if self._web is not None:
+                state = self._web.current()
+                start_response = _with_headers(start_response, state.headers)
+                if path not in HEALTH_PATHS and path not in self.actions:
+                    refusal = self._refusal(state, environ, start_response)
+                    if refusal is not None:
+                        return refusal
+            if path in HEALTH_PATHS:
                 ok, why = self.health.live() if path == "/healthz" else self.health.ready()
                 status = "200 OK" if ok else "503 Service Unavailable"
                 start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
@@ -225,6 +268,27 @@ class PrometheusExporter(Exporter):
             return [b"not found; try /metrics\n"]
 
         return app
+
+    def _refusal(
+        self, state: WebState, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> list[bytes] | None:
+        """The answer to a request the web-config file does not let through (counted), None when it does."""
+        assert self._web is not None
+        if state.error is not None:
+            self.stats.inc(METRICS_SERVER_REFUSED, reason="config_error")
+            start_response("500 Internal Server Error", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"the agent's web-config file did not load; its log says why\n"]
+        if not state.users:
+            return None
+        ok, why = self._web.auth.check(state.users, environ.get("HTTP_AUTHORIZATION"))
+        if ok:
+            return None
+        self.stats.inc(METRICS_SERVER_REFUSED, reason=why)
+        start_response(
+            "401 Unauthorized",
+            [("Content-Type", "text/plain; charset=utf-8"), ("WWW-Authenticate", 'Basic realm="aaco"')],
+        )
+        return [b"Unauthorized\n"]
 
     def _action(self, path: str, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         """A POST to an admin action (``/api/v1/capture``), with a credential ``admin`` accepts."""
@@ -257,15 +321,17 @@ class PrometheusExporter(Exporter):
         return [json.dumps(doc).encode() + b"\n"]
 
     def start(self) -> None:
-        """Bind and serve in a background thread (an address in use is a clear error)."""
-        server_class = _V6Server if ":" in self.config.address else _Server
+        """Bind and serve in a background thread (an address in use, a bad web-config file: clear errors)."""
+        if self.config.web_config_file is not None:
+            self._web = WebConfigWatcher(self.config.web_config_file, self.stats)
+        server_class = PoolServerV6 if ":" in self.config.address else PoolServer
         try:
-            self._server = make_server(
-                self.config.address,
-                self.config.port,
-                self._app(),
-                server_class=server_class,
-                handler_class=_QuietHandler,
+            self._server = server_class(
+                (self.config.address, self.config.port),
+                workers=self.config.max_workers,
+                timeout_s=self.config.request_timeout_s,
+                web=self._web,
+                refused=lambda reason: self.stats.inc(METRICS_SERVER_REFUSED, reason=reason),
             )
         except OSError as exc:
             raise AacoError(
@@ -273,9 +339,15 @@ class PrometheusExporter(Exporter):
                 subject="exporters.prometheus",
                 hint="choose another port with --metrics-port",
             ) from exc
+        self._server.set_app(self._app())
         self._thread = threading.Thread(target=self._server.serve_forever, name="aaco-prometheus", daemon=True)
         self._thread.start()
-        log.info("metrics on http://%s:%d/metrics", self.config.address, self.port)
+        scheme = "https" if self._web is not None and self._web.tls else "http"
+        log.info("metrics on %s://%s:%d/metrics", scheme, self.config.address, self.port)
+        if self._web is not None and not self._web.tls and self._web.current().users:
+            log.warning(
+                "%s: basic auth without tls_server_config sends passwords in the clear", self.config.web_config_file
+            )
 
     def export(self, batch: EventBatch) -> ExportResult:
         """Events are not exposed one by one: their analyzers' snapshots are."""
@@ -298,5 +370,6 @@ class PrometheusExporter(Exporter):
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+            self._server.close_all()
         if self._thread is not None:
             self._thread.join(timeout_s)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, conint
@@ -9,6 +10,16 @@ from pydantic import Field, PositiveFloat, PositiveInt, conint
 from aaco.agent.config_base import StrictModel
 
 Port = conint(ge=0, le=65535)
+
+
+class ReceiverTlsConfig(StrictModel):
+    """TLS for both OTLP ports (gRPC and HTTP); TLS 1.2 or later."""
+
+    cert_file: Path = Field(description="PEM certificate chain the receiver presents (server certificate first).")
+    key_file: Path = Field(description="PEM private key of cert_file.")
+    client_ca_file: Path | None = Field(
+        None, description="PEM CA bundle: when set, clients must present a certificate signed by it (mutual TLS)."
+    )
 
 
 class OtlpReceiverConfig(StrictModel):
@@ -24,3 +35,18 @@ class OtlpReceiverConfig(StrictModel):
     link_mode: Literal["links", "children"] = Field(
         "links", description="Link application spans and GPU iterations both ways, or make iterations children."
     )
+    tls: ReceiverTlsConfig | None = Field(None, description="TLS for both ports (null: plaintext).")
+    max_connections: PositiveInt = Field(
+        1024,
+        description="Open connections allowed per port (HTTP: more are closed at once; gRPC: the core refuses them).",
+    )
+    max_workers: PositiveInt = Field(
+        4, description="Threads that parse and forward requests, per port (connections wait without a thread)."
+    )
+    read_timeout_s: PositiveFloat = Field(
+        30.0, description="Time allowed to receive one whole request (TLS handshake, headers and body) once begun."
+    )
+    idle_timeout_s: PositiveFloat = Field(
+        60.0, description="How long a kept-alive connection may wait idle for its next request before it is closed."
+    )
+    backlog: PositiveInt = Field(1024, description="Listen backlog of the HTTP port (connections not yet accepted).")

@@ -1,17 +1,23 @@
 """The node's OTLP receiver: applications send their own spans, metrics and logs to the agent.
 
 As the OpenTelemetry Collector does in agent mode, it accepts OTLP over gRPC (default port 4317)
-and HTTP/protobuf (4318), adds the node's resource attributes (``host.name``, ``k8s.node.name``)
-where the application did not set them, and forwards everything upstream: traces through the
-agent's trace exporter, which first links application spans to the GPU iterations of the same
-process and time window (``exporters/otlp_assembly.py``), metrics and logs through their own
-bounded, retrying queues. A plain OpenTelemetry SDK client works unchanged.
+and HTTP/protobuf (4318), optionally over TLS with client certificates (``tls.py``), adds the node's
+resource attributes (``host.name``, ``k8s.node.name``) where the application did not set them, and
+forwards everything upstream: traces through the agent's trace exporter, which first links
+application spans to the GPU iterations of the same process and time window
+(``exporters/otlp_assembly.py``), metrics and logs through their own bounded, retrying queues. A
+plain OpenTelemetry SDK client works unchanged.
 
-Every request is parsed with the official generated classes; a malformed one is answered with
-the right status (gRPC INVALID_ARGUMENT, HTTP 400), one too large with RESOURCE_EXHAUSTED / 413,
-one over the per-connection rate limit with RESOURCE_EXHAUSTED carrying RetryInfo / HTTP 429 with
-Retry-After, a JSON body with HTTP 415 (only protobuf is accepted) — all counted in
-``aaco_receiver_requests_total{protocol, signal, outcome}``.
+A request is admitted only while the agent's byte budget (``ByteBudget``, holder ``receiver``) has
+room for it, and its bytes are held until it is handed on; otherwise the client is told to back off
+(gRPC RESOURCE_EXHAUSTED with RetryInfo, HTTP 503 with Retry-After). Every request is parsed with the
+official generated classes; a malformed one is answered with the right status (gRPC
+INVALID_ARGUMENT, HTTP 400), one too large with RESOURCE_EXHAUSTED / 413, one over the
+per-connection rate limit with RESOURCE_EXHAUSTED carrying RetryInfo / HTTP 429 with Retry-After, a
+JSON body with HTTP 415 (only protobuf is accepted) — all counted in
+``aaco_receiver_requests_total{protocol, signal, outcome}``. Spans and log records with malformed
+ids are dropped (``ids.py``), counted, and reported to the client as OTLP ``partial_success``. The
+HTTP port's own defences (connection, header, body and time limits) are in ``http_server.py``.
 """
 
 from __future__ import annotations
@@ -22,7 +28,6 @@ import time
 import zlib
 from collections import OrderedDict
 from concurrent import futures
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
 import grpc
@@ -34,12 +39,17 @@ from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from aaco.agent.errors import AacoError
+from aaco.agent.pipeline.budget import DEFAULT_BUDGET_BYTES, ByteBudget
 from aaco.agent.pipeline.signals import define
 from aaco.agent.pipeline.stats import Stats
 from aaco.exporters.otlp_assembly import AppSpan
 from aaco.exporters.otlp_sender import OtlpSender
 
 from .config import OtlpReceiverConfig
+from .http_server import HttpServer
+from .http_wire import Reply, Request, gunzip_bounded
+from .ids import drop_malformed
+from .tls import grpc_credentials, http_context
 
 log = logging.getLogger("aaco.receivers.otlp")
 
@@ -48,8 +58,9 @@ RECEIVER_REQUESTS = define(
     "aaco_receiver_requests",
     "counter",
     "{request}",
-    "Requests to the node's OTLP receiver, by protocol, signal and outcome "
-    "(accepted, malformed, too_large, rate_limited, unsupported).",
+    "Requests to the node's OTLP receiver, by protocol, signal (unknown before the path is read) and outcome: "
+    "accepted, malformed, too_large, rate_limited, unsupported, over_budget (byte budget full), bad_length, "
+    "length_required, headers_too_large, not_found, not_allowed, timeout, client_gone, error.",
     ("protocol", "signal", "outcome"),
 )
 RECEIVER_ITEMS = define(
@@ -59,6 +70,15 @@ RECEIVER_ITEMS = define(
     "{item}",
     "Spans, data points and log records accepted by the node's OTLP receiver.",
     ("signal",),
+)
+RECEIVER_ITEMS_REJECTED = define(
+    "aaco.receiver.items.rejected",
+    "aaco_receiver_items_rejected",
+    "counter",
+    "{item}",
+    "Spans and log records the node's OTLP receiver dropped (never forwarded) and reported to the client as "
+    "partial success, by reason (bad_trace_id, bad_span_id, bad_parent_span_id, bad_link_id).",
+    ("signal", "reason"),
 )
 
 Signal = Literal["traces", "metrics", "logs"]
@@ -127,15 +147,18 @@ class OtlpReceiver:
         traces: Any,
         metrics: OtlpSender | None,
         logs: OtlpSender | None,
+        budget: ByteBudget | None = None,
     ) -> None:
         self.config = config
+        # The service passes the agent's one budget; alone (tests, tools) the receiver gets its own.
+        self.budget = budget if budget is not None else ByteBudget(DEFAULT_BUDGET_BYTES, stats)
         self.stats = stats
         self.node_attributes = node_attributes
         self.traces = traces  # the OtlpTraceExporter (receive_application)
         self.senders: dict[str, OtlpSender | None] = {"metrics": metrics, "logs": logs}
         self._limiter = _Limiter(config.rate_limit_rps)
         self._grpc: grpc.Server | None = None
-        self._http: ThreadingHTTPServer | None = None
+        self._http: HttpServer | None = None
         self.grpc_port = 0
         self.http_port = 0
 
@@ -154,9 +177,10 @@ class OtlpReceiver:
                 kv.key = key
                 kv.value.string_value = str(value)
 
-    def handle(self, signal: Signal, payload: bytes) -> int:
-        """Parse, enrich and forward one request; returns its item count (raises DecodeError)."""
+    def handle(self, signal: Signal, payload: bytes) -> bytes:
+        """Parse, check, enrich and forward one request; returns the serialised response (raises DecodeError)."""
         msg = MESSAGES[signal][0].FromString(payload)
+        rejected = drop_malformed(signal, msg)
         n = count_items(signal, msg)
         self._enrich(signal, msg)
         self.stats.inc(RECEIVER_ITEMS, n, signal=signal)
@@ -166,120 +190,127 @@ class OtlpReceiver:
             sender = self.senders[signal]
             if sender is not None:
                 sender.enqueue(msg.SerializeToString(), n)
-        return n
+        response = MESSAGES[signal][1]()
+        if rejected:
+            total = sum(rejected.values())
+            for reason, k in rejected.items():
+                self.stats.inc(RECEIVER_ITEMS_REJECTED, k, signal=signal, reason=reason)
+            what = "spans" if signal == "traces" else "log records"
+            response.partial_success.error_message = f"{total} {what} dropped for malformed ids: " + ", ".join(
+                f"{k} {reason}" for reason, k in sorted(rejected.items())
+            )
+            if signal == "traces":
+                response.partial_success.rejected_spans = total
+            else:
+                response.partial_success.rejected_log_records = total
+            log.debug("OTLP %s request: %s", signal, response.partial_success.error_message)
+        return response.SerializeToString()
 
     # -- gRPC ---------------------------------------------------------------------------------------
 
     def _grpc_handler(self, signal: Signal):
-        response = MESSAGES[signal][1]().SerializeToString()
+        limit = self.config.max_message_bytes
 
         def export(request: bytes, context: grpc.ServicerContext) -> bytes:
+            if len(request) > limit:  # the core lets up to twice the limit through so that this is counted
+                self._count("grpc", signal, "too_large")
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"request larger than {limit} bytes")
             if not self._limiter.allow(context.peer()):
                 self._count("grpc", signal, "rate_limited")
-                status = status_pb2.Status(code=code_pb2.RESOURCE_EXHAUSTED, message="rate limit")
-                info = error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=1))
-                status.details.add().Pack(info)
-                context.set_trailing_metadata((("grpc-status-details-bin", status.SerializeToString()),))
-                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "rate limit exceeded; retry later")
+                _retry_later(context, "rate limit exceeded; retry later")
+            if not self.budget.try_acquire("receiver", len(request)):
+                self._count("grpc", signal, "over_budget")
+                _retry_later(context, "the agent holds too much data; retry later")
             try:
-                self.handle(signal, request)
+                response = self.handle(signal, request)
             except DecodeError:
                 self._count("grpc", signal, "malformed")
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed OTLP {signal} request")
+            finally:
+                self.budget.release("receiver", len(request))
             self._count("grpc", signal, "accepted")
             return response
 
         return grpc.unary_unary_rpc_method_handler(export)  # raw bytes in and out
 
+    def _grpc_server(self) -> grpc.Server:
+        cfg = self.config
+        # grpcio refuses a message over its core limit before any handler runs, uncounted: the core limit is
+        # twice the configured one, so that requests up to that size reach the handler's counted refusal
+        # (and the memory a request may take stays bounded). RPCs past maximum_concurrent_rpcs and connections
+        # past grpc.max_allowed_incoming_connections are refused by grpcio itself, which offers no hook to count them.
+        options = [
+            ("grpc.max_receive_message_length", 2 * cfg.max_message_bytes),
+            ("grpc.max_allowed_incoming_connections", cfg.max_connections),
+            ("grpc.max_concurrent_streams", 64),
+            ("grpc.max_connection_idle_ms", int(cfg.idle_timeout_s * 1000)),
+            ("grpc.server_handshake_timeout_ms", int(cfg.read_timeout_s * 1000)),
+            ("grpc.keepalive_time_ms", 60_000),
+            ("grpc.keepalive_timeout_ms", 20_000),
+            ("grpc.http2.max_ping_strikes", 2),
+        ]
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=cfg.max_workers, thread_name_prefix="aaco-otlp-rx"),
+            options=options,
+            maximum_concurrent_rpcs=cfg.max_connections,
+        )
+        for signal, (service, method) in GRPC_METHODS.items():
+            handler = grpc.method_handlers_generic_handler(service, {method: self._grpc_handler(signal)})  # type: ignore[arg-type]
+            server.add_generic_rpc_handlers((handler,))
+        return server
+
     # -- HTTP ---------------------------------------------------------------------------------------
 
-    def _http_handler(self) -> type[BaseHTTPRequestHandler]:
-        receiver = self
-        paths: dict[str, Signal] = {"/v1/traces": "traces", "/v1/metrics": "metrics", "/v1/logs": "logs"}
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                """Requests are counted, not logged."""
-
-            def _reply(self, code: int, body: bytes = b"", ctype: str = "text/plain", extra: dict | None = None):
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                for k, v in (extra or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_POST(self) -> None:
-                signal = paths.get(self.path.split("?", 1)[0])
-                if signal is None:
-                    self._reply(404, b"unknown path; use /v1/traces, /v1/metrics or /v1/logs\n")
-                    return
-                limit = receiver.config.max_message_bytes
-                length = int(self.headers.get("Content-Length") or 0)
-                if length > limit:
-                    receiver._count("http", signal, "too_large")
-                    self.close_connection = True
-                    self._reply(413, b"request too large\n")
-                    return
-                body = self.rfile.read(length)
-                if not receiver._limiter.allow(f"{self.client_address[0]}:{self.client_address[1]}"):
-                    receiver._count("http", signal, "rate_limited")
-                    self._reply(429, b"rate limit exceeded\n", extra={"Retry-After": "1"})
-                    return
-                ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
-                if ctype != "application/x-protobuf":
-                    receiver._count("http", signal, "unsupported")
-                    self._reply(415, b"only application/x-protobuf is accepted\n")
-                    return
-                if (self.headers.get("Content-Encoding") or "").lower() == "gzip":
-                    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                    try:
-                        body = d.decompress(body, limit + 1)
-                    except zlib.error:
-                        receiver._count("http", signal, "malformed")
-                        self._reply(400, b"bad gzip body\n")
-                        return
-                    if len(body) > limit or d.unconsumed_tail:
-                        receiver._count("http", signal, "too_large")
-                        self._reply(413, b"request too large once decompressed\n")
-                        return
-                try:
-                    receiver.handle(signal, body)
-                except DecodeError:
-                    receiver._count("http", signal, "malformed")
-                    self._reply(400, f"malformed OTLP {signal} request\n".encode())
-                    return
-                receiver._count("http", signal, "accepted")
-                out = MESSAGES[signal][1]().SerializeToString()
-                self._reply(200, out, "application/x-protobuf")
-
-        return Handler
+    def _http_request(self, request: Request) -> Reply:
+        """Answer one OTLP/HTTP request read whole (its framing and admission were checked by the server)."""
+        signal: Signal = request.signal  # type: ignore[assignment]
+        if not self._limiter.allow(request.peer):
+            self._count("http", signal, "rate_limited")
+            return Reply(429, b"rate limit exceeded\n", headers=(("Retry-After", "1"),))
+        if request.headers.get("content-type", "").split(";")[0].strip() != "application/x-protobuf":
+            self._count("http", signal, "unsupported")
+            return Reply(415, b"only application/x-protobuf is accepted\n")
+        body: bytes | None = request.body
+        if request.headers.get("content-encoding", "").lower() == "gzip":
+            try:
+                body = gunzip_bounded(request.body, self.config.max_message_bytes)
+            except zlib.error:
+                self._count("http", signal, "malformed")
+                return Reply(400, b"bad gzip body\n")
+            if body is None:
+                self._count("http", signal, "too_large")
+                return Reply(413, b"request too large once decompressed\n")
+        try:
+            response = self.handle(signal, body)
+        except DecodeError:
+            self._count("http", signal, "malformed")
+            return Reply(400, f"malformed OTLP {signal} request\n".encode())
+        self._count("http", signal, "accepted")
+        return Reply(200, response, "application/x-protobuf")
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Bind both servers (a port in use is a clear error)."""
+        """Bind both servers (a port in use, or a TLS file that cannot be read, is a clear error)."""
         cfg = self.config
-        self._grpc = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="aaco-otlp-rx"),
-            options=[("grpc.max_receive_message_length", cfg.max_message_bytes)],
-        )
-        for signal, (service, method) in GRPC_METHODS.items():
-            handler = grpc.method_handlers_generic_handler(service, {method: self._grpc_handler(signal)})  # type: ignore[arg-type]
-            self._grpc.add_generic_rpc_handlers((handler,))
+        tls_context = http_context(cfg.tls) if cfg.tls is not None else None
+        self._grpc = self._grpc_server()
         try:
-            self.grpc_port = self._grpc.add_insecure_port(f"{cfg.address}:{cfg.grpc_port}")
+            if cfg.tls is not None:
+                self.grpc_port = self._grpc.add_secure_port(f"{cfg.address}:{cfg.grpc_port}", grpc_credentials(cfg.tls))
+            else:
+                self.grpc_port = self._grpc.add_insecure_port(f"{cfg.address}:{cfg.grpc_port}")
         except RuntimeError as exc:
             raise AacoError(
                 f"cannot listen on {cfg.address}:{cfg.grpc_port} for OTLP/gRPC: {exc}",
                 subject="receivers.otlp.grpc_port",
                 hint="choose another port",
             ) from exc
+        self._http = HttpServer(
+            cfg, self.stats, self.budget, self._http_request, lambda s, o: self._count("http", s, o), tls_context
+        )
         try:
-            self._http = ThreadingHTTPServer((cfg.address, cfg.http_port), self._http_handler())
+            self.http_port = self._http.bind()
         except OSError as exc:
             self._grpc.stop(0)
             raise AacoError(
@@ -287,11 +318,10 @@ class OtlpReceiver:
                 subject="receivers.otlp.http_port",
                 hint="choose another port",
             ) from exc
-        self._http.daemon_threads = True
-        self.http_port = self._http.server_address[1]
         self._grpc.start()
-        threading.Thread(target=self._http.serve_forever, name="aaco-otlp-http", daemon=True).start()
-        log.info("OTLP receiver on %s: gRPC %d, HTTP %d", cfg.address, self.grpc_port, self.http_port)
+        self._http.start()
+        tls = "plaintext" if cfg.tls is None else "TLS" if cfg.tls.client_ca_file is None else "mutual TLS"
+        log.info("OTLP receiver on %s (%s): gRPC %d, HTTP %d", cfg.address, tls, self.grpc_port, self.http_port)
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop accepting; requests in progress finish within ``timeout_s``."""
@@ -299,9 +329,16 @@ class OtlpReceiver:
             self._grpc.stop(timeout_s).wait(timeout_s)
             self._grpc = None
         if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
+            self._http.stop(timeout_s)
             self._http = None
+
+
+def _retry_later(context: grpc.ServicerContext, message: str) -> None:
+    """Abort with RESOURCE_EXHAUSTED carrying RetryInfo (one second), as OTLP asks for backpressure."""
+    status = status_pb2.Status(code=code_pb2.RESOURCE_EXHAUSTED, message=message)
+    status.details.add().Pack(error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=1)))
+    context.set_trailing_metadata((("grpc-status-details-bin", status.SerializeToString()),))
+    context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
 
 
 def application_spans(request: Any) -> list[AppSpan]:

@@ -1,0 +1,69 @@
+"""TLS for the OTLP receiver: the server credentials of both ports from ``receivers.otlp.tls``.
+
+Every file is read once at start; one that is missing, unreadable or not what it should be is an
+``AacoError`` naming the file and its setting. The HTTP port gets an ``ssl.SSLContext`` (TLS 1.2 or
+later), the gRPC port ``grpc.ssl_server_credentials``; with ``client_ca_file`` both require a client
+certificate signed by it.
+"""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+import grpc
+
+from aaco.agent.errors import AacoError
+
+from .config import ReceiverTlsConfig
+
+SETTING = "receivers.otlp.tls"
+
+
+def _read(path: Path, key: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise AacoError(
+            f"cannot read {SETTING}.{key} {path}: {exc.strerror or exc}",
+            subject=path,
+            hint=f"point {SETTING}.{key} at a readable PEM file (mounted from a Secret in Kubernetes)",
+        ) from exc
+
+
+def http_context(tls: ReceiverTlsConfig) -> ssl.SSLContext:
+    """The server context of the HTTP port (client certificates required when a client CA is set)."""
+    for key in ("cert_file", "key_file", "client_ca_file"):
+        path = getattr(tls, key)
+        if path is not None:
+            _read(path, key)  # a clear error for a missing file before ssl's terse one
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(tls.cert_file, tls.key_file)
+    except (ssl.SSLError, OSError) as exc:
+        raise AacoError(
+            f"{SETTING}.cert_file {tls.cert_file} and key_file {tls.key_file} are not a PEM certificate and its key: "
+            f"{exc}",
+            subject=tls.cert_file,
+            hint=f"set {SETTING}.cert_file and key_file to a matching PEM certificate chain and private key",
+        ) from exc
+    if tls.client_ca_file is not None:
+        try:
+            ctx.load_verify_locations(cafile=tls.client_ca_file)
+        except (ssl.SSLError, OSError) as exc:
+            raise AacoError(
+                f"{SETTING}.client_ca_file {tls.client_ca_file} is not a PEM CA bundle: {exc}",
+                subject=tls.client_ca_file,
+                hint=f"set {SETTING}.client_ca_file to the PEM certificate(s) of the CA that signs client certificates",
+            ) from exc
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+def grpc_credentials(tls: ReceiverTlsConfig) -> grpc.ServerCredentials:
+    """The server credentials of the gRPC port (client certificates required when a client CA is set)."""
+    cert = _read(tls.cert_file, "cert_file")
+    key = _read(tls.key_file, "key_file")
+    ca = _read(tls.client_ca_file, "client_ca_file") if tls.client_ca_file is not None else None
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=ca is not None)

@@ -23,6 +23,12 @@ the cost is one ``stat`` per file):
   (``ingest.file_failed``), the file quarantined and committed as done (``quarantined`` in its
   checkpoint: no restart reads it again unless it is rewritten), and the next file read.
 
+What the spool reads at all is ``spool_policy``'s rule: no symbolic link out of the spool (by
+default no link at all: ``follow_symlinks``), only files of an allowed owner (``allowed_uids``) not
+writable by others, each opened without following a link and checked again on its descriptor. A
+skipped file is counted once (``aaco_source_errors_total{reason="symlink"|"symlink_outside"|"owner_policy"}``),
+named once in the log, never read and never copied to the quarantine.
+
 Only tailed files are live data (``aaco_source_lag_seconds``): a whole file is read once complete,
 however old, and its age says nothing about how far behind the agent is.
 """
@@ -36,9 +42,9 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from aaco.agent.errors import TraceFormatError
 
@@ -48,6 +54,7 @@ from .ingest import Quarantine, file_failed, first_offsets, ingest_file, where
 from .limits_config import TraceLimitSettings
 from .parsers import ITERATIONS_FIRST, TAILABLE, context_for
 from .rocprofv3_csv import Rocprofv3CsvDecoder, companions, load_companions
+from .spool_policy import Refusal, SpoolPolicy, SpoolRefusedError
 from .trace_common import BadRow
 
 log = logging.getLogger("aaco.sources.trace_dir")
@@ -67,12 +74,24 @@ class TraceDirConfig(TraceLimitSettings):
     tail_block_bytes: PositiveInt = Field(8 << 20, description="Most bytes read from one tailed file per poll.")
     max_line_bytes: PositiveInt = Field(1 << 20, description="A CSV line longer than this is skipped as bad.")
     model: str | None = Field(None, description="Model name for the iterations (default: the file name).")
+    follow_symlinks: bool = Field(
+        False,
+        description="Read a symbolic link to a file inside the spool (as its target). A link out of the spool is "
+        "never read (counted as symlink_outside); false: every link is skipped (counted as symlink).",
+    )
+    allowed_uids: list[NonNegativeInt] | Literal["any"] | None = Field(
+        None,
+        description="Owners whose files are read (null: root, the spool directory's owner and the agent's own "
+        "user; 'any': every owner). Other files, and files writable by every user, are skipped (owner_policy).",
+    )
 
 
 @dataclass
 class _File:
     key: str
     path: Path
+    listed: os.stat_result | None = None  # the listing's stat (device and inode the file must still have)
+    companion_refused: str | None = None  # the reason a companion is refused by the spool's rule (counted)
     size: int = -1
     mtime: int = -1
     changed: float = 0.0  # monotonic time of the last size/mtime change
@@ -88,10 +107,10 @@ class _File:
     events: int = 0  # events published from it (tailed files)
 
 
-def head_digest(path: Path, n: int) -> str:
-    """Digest of the first ``n`` bytes of a file."""
-    with path.open("rb") as fh:
-        return hashlib.blake2b(fh.read(n), digest_size=12).hexdigest()
+def head_digest(fh: BinaryIO, n: int) -> str:
+    """Digest of the first ``n`` bytes of an open file."""
+    fh.seek(0)
+    return hashlib.blake2b(fh.read(n), digest_size=12).hexdigest()
 
 
 def _mtime(path: Path) -> int | None:
@@ -112,6 +131,8 @@ class TraceDirSource(Source):
         self.config = config
         self._files: dict[str, _File] = {}
         self.limits = config.trace_limits()
+        self._policy: SpoolPolicy | None = None
+        self._refused: set[tuple[int, int, str]] = set()  # (device, inode, reason) counted: once per file
 
     def run(self, ctx: SourceContext) -> None:
         """Poll until stopped."""
@@ -123,7 +144,7 @@ class TraceDirSource(Source):
                 self.name, os.fspath(root), "spool", f"cannot create the spool directory: {exc}", fatal=True, count=1
             )
             return
-        quarantine = Quarantine(ctx.quarantine)
+        quarantine = Quarantine(ctx.quarantine, follow_symlinks=False)
         log.info("trace_dir %s: following %s", self.name, root)
         while not ctx.stop.is_set():
             self.poll(ctx, quarantine)
@@ -132,34 +153,65 @@ class TraceDirSource(Source):
 
     # -- one pass -----------------------------------------------------------------------------------
 
-    def _listing(self) -> list[tuple[Path, os.stat_result]]:
-        root = self.config.path
-        paths = root.rglob("*") if self.config.recursive else root.glob("*")
-        out = []
-        for p in paths:
-            if any(part.startswith(".") for part in p.relative_to(root).parts):
-                continue  # hidden and temporary files (writers' .tmp names, our own)
+    def policy(self) -> SpoolPolicy | None:
+        """The spool's read rule (``spool_policy``), made once the spool directory exists."""
+        if self._policy is None:
+            cfg = self.config
             try:
-                st = p.stat()
+                self._policy = SpoolPolicy(cfg.path, follow_symlinks=cfg.follow_symlinks, allowed_uids=cfg.allowed_uids)
             except OSError:
-                continue  # vanished between listing and stat
-            if p.is_file():
-                out.append((p, st))
+                return None
+            self._policy.warn_unprotected_hardlinks()
+        return self._policy
+
+    def _listing(self, ctx: SourceContext, policy: SpoolPolicy) -> list[tuple[Path, os.stat_result]]:
+        out = []
+        refused: set[tuple[int, int, str]] = set()
+        for entry in policy.walk(self.config.recursive):
+            if entry.refusal is None:
+                out.append((entry.path, entry.st))
+                continue
+            key = (entry.st.st_dev, entry.st.st_ino, entry.refusal.reason)
+            refused.add(key)
+            if key not in self._refused:
+                self._refuse(ctx, entry.path, entry.refusal)
+        self._refused = refused  # what is no longer there is forgotten: the memory is the spool's listing
         out.sort(key=lambda x: x[1].st_mtime_ns)
         return out[-self.config.max_files :]
+
+    def _refuse(self, ctx: SourceContext, path: Path, refusal: Refusal) -> None:
+        ctx.problem(self.name, os.fspath(path), refusal.reason, refusal.message, fatal=False, count=1)
+
+    def _open(self, ctx: SourceContext, f: _File) -> BinaryIO | None:
+        """``f`` opened under the spool's rule; None (counted if refused) when it may not or cannot be read now."""
+        policy = self.policy()
+        if policy is None:
+            return None
+        try:
+            return policy.open(f.path, f.listed)
+        except SpoolRefusedError as exc:  # it changed since the listing: the next listing sees what it is now
+            self._refuse(ctx, f.path, exc.refusal)
+        except OSError:
+            pass  # gone or replaced since the listing: the next poll sees what is there
+        return None
 
     def poll(self, ctx: SourceContext, quarantine: Quarantine) -> None:
         """List the spool once and read what is new."""
         now = time.monotonic()
         seen: set[str] = set()
         batch: list[_File] = []
-        for path, st in self._listing():
+        policy = self.policy()
+        if policy is None:
+            return  # no spool directory (yet)
+        for path, st in self._listing(ctx, policy):
             key = f"{self.name}:{st.st_dev}:{st.st_ino}"
+            if key in seen:
+                continue  # a followed link to a file also listed at its own place
             seen.add(key)
             f = self._files.get(key)
             if f is None:
                 f = self._files[key] = self._resume(ctx, key, path, st)
-            f.path = path
+            f.path, f.listed = path, st
             if st.st_size != f.size or st.st_mtime_ns != f.mtime:
                 if st.st_size < f.offset:  # truncated or rewritten in place: everything again
                     self._restart(ctx, f, "truncated")
@@ -180,16 +232,16 @@ class TraceDirSource(Source):
                 ctx.ledger.forget(key)
 
     def _resume(self, ctx: SourceContext, key: str, path: Path, st: os.stat_result) -> _File:
-        f = _File(key, path)
+        f = _File(key, path, st)
         saved = ctx.ledger.committed(key)
         if saved is None:
             return f
         offset, meta = saved
         n = int(meta.get("head_bytes", 0))
-        try:
-            same = n > 0 and st.st_size >= n and head_digest(path, n) == meta.get("head")
-        except OSError:
-            same = False
+        same = False
+        if n > 0 and st.st_size >= n and (fh := self._open(ctx, f)) is not None:
+            with fh:
+                same = head_digest(fh, n) == meta.get("head")
         if not same:  # another file under a reused inode
             ctx.ledger.reset(key, {})
             return f
@@ -212,41 +264,58 @@ class TraceDirSource(Source):
         resumed = f.offset > len(f.header or b"")  # an earlier run published part of it
         reason = file_failed(ctx, self.name, f.path, exc, quarantine, kept=f.events, resumed=resumed)
         f.done = True
-        try:
-            meta = self._meta(f)
-        except OSError:
+        fh = self._open(ctx, f)
+        if fh is None:
             return  # gone: nothing left to skip on the next run
+        with fh:
+            meta = self._meta(f, fh)
         ctx.ledger.register(f.key, f.offset, f.offset, {**meta, "quarantined": reason}).seal()
 
-    def _meta(self, f: _File) -> dict[str, Any]:
+    def _meta(self, f: _File, fh: BinaryIO) -> dict[str, Any]:
         n = min(IDENTITY_BYTES, max(f.size, 0))
-        return {"path": os.fspath(f.path), "head_bytes": n, "head": head_digest(f.path, n)}
+        return {"path": os.fspath(f.path), "head_bytes": n, "head": head_digest(fh, n)}
 
     def _read(self, ctx: SourceContext, quarantine: Quarantine, f: _File, now: float) -> None:
         if f.size <= 0:
             return
         settled = now - f.changed >= self.config.settle_s
-        if f.format is None:
-            try:
-                f.format, _ = recognise(f.path)  # the first bytes only: no hash of a file still growing
-            except TraceFormatError as exc:
-                if settled:  # complete and still not a trace: bad input, kept aside once and not read again
-                    f.unrecognised = True
-                    quarantine.file(f.path)
-                    ctx.problem(self.name, os.fspath(f.path), "unrecognised", exc.message, fatal=False, count=1)
-                    ctx.ledger.register(f.key, 0, 0, {**self._meta(f), "quarantined": True}).seal()
-                return
-        try:
-            with f.path.open("rb") as fh:
-                gz = fh.read(2) == GZIP_MAGIC
-        except OSError:
+        fh = self._open(ctx, f)  # checked again on its descriptor, just before the file is read
+        if fh is None:
             return
-        if f.format in TAILABLE and not gz:
-            self._tail(ctx, quarantine, f)
-        elif settled:
-            self._whole(ctx, quarantine, f)
+        with fh:
+            if f.format is None:
+                try:
+                    f.format, _ = recognise(f.path)  # the first bytes only: no hash of a file still growing
+                except TraceFormatError as exc:
+                    if settled:  # complete and still not a trace: bad input, kept aside once and not read again
+                        f.unrecognised = True
+                        quarantine.file(f.path)
+                        ctx.problem(self.name, os.fspath(f.path), "unrecognised", exc.message, fatal=False, count=1)
+                        ctx.ledger.register(f.key, 0, 0, {**self._meta(f, fh), "quarantined": True}).seal()
+                    return
+            if not self._companions_allowed(ctx, f):
+                return
+            gz = fh.read(2) == GZIP_MAGIC
+            if f.format in TAILABLE and not gz:
+                self._tail(ctx, quarantine, f, fh)
+            elif settled:
+                self._whole(ctx, quarantine, f, self._meta(f, fh))
 
-    def _whole(self, ctx: SourceContext, quarantine: Quarantine, f: _File) -> None:
+    def _companions_allowed(self, ctx: SourceContext, f: _File) -> bool:
+        """Whether the files read beside ``f`` (a rocprofv3 CSV's companions) pass the spool's rule; else counted."""
+        policy = self.policy()
+        for path in companions(f.path).values():
+            entry = policy.entry(path) if policy is not None else None
+            if entry is not None and entry.refusal is not None:
+                if f.companion_refused != entry.refusal.reason:  # counted once per file and reason
+                    f.companion_refused = entry.refusal.reason
+                    why = f"not read: its companion {path.name} is refused ({entry.refusal.message})"
+                    self._refuse(ctx, f.path, Refusal(entry.refusal.reason, why))
+                return False
+        f.companion_refused = None
+        return True
+
+    def _whole(self, ctx: SourceContext, quarantine: Quarantine, f: _File, meta: dict[str, Any]) -> None:
         # identified (hashed) once, now that it is read whole; a TraceFormatError here (it changed since) fails it
         tf = dataclasses.replace(identify(f.path), limits=self.limits)
         tctx = context_for(tf, node=ctx.node, source=self.name, model=self.config.model)
@@ -259,7 +328,7 @@ class TraceDirSource(Source):
             key=f.key,
             max_bytes=self.config.max_file_bytes,
             live=False,  # a complete file, perhaps days old: not live data, no lag
-            meta=self._meta(f),
+            meta=meta,
         )
         f.done = True
 
@@ -280,17 +349,17 @@ class TraceDirSource(Source):
         f.companions_seen = seen
         return f.decoder
 
-    def _tail(self, ctx: SourceContext, quarantine: Quarantine, f: _File) -> None:
+    def _tail(self, ctx: SourceContext, quarantine: Quarantine, f: _File, fh: BinaryIO) -> None:
         cfg = self.config
-        with f.path.open("rb") as fh:
-            if f.header is None:
-                first = fh.readline(cfg.max_line_bytes)
-                if not first.endswith(b"\n"):
-                    return  # the header is not complete yet
-                f.header = first
-                f.offset = max(f.offset, len(first))
-            fh.seek(f.offset)
-            data = fh.read(cfg.tail_block_bytes)
+        if f.header is None:
+            fh.seek(0)
+            first = fh.readline(cfg.max_line_bytes)
+            if not first.endswith(b"\n"):
+                return  # the header is not complete yet
+            f.header = first
+            f.offset = max(f.offset, len(first))
+        fh.seek(f.offset)
+        data = fh.read(cfg.tail_block_bytes)
         if not data:
             return
         start = f.offset
@@ -319,7 +388,7 @@ class TraceDirSource(Source):
         decoder = self._decoder(ctx, f)  # what it raises is a failed file (``_failed``)
         assert decoder is not None
         result = decoder.decode(chunk, start)
-        r = ctx.ledger.register(f.key, start, start + cut, self._meta(f))
+        r = ctx.ledger.register(f.key, start, start + cut, self._meta(f, fh))
         try:
             if result.table.num_rows:
                 ctx.publish(self.name, "kernels", result.table, durable=True, live=True, range_=r)

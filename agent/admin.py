@@ -114,7 +114,9 @@ def load_token(path: Path) -> str:
     except FileNotFoundError:
         return _generate(path)
     except OSError as exc:
-        raise AacoError(f"cannot read the admin token: {exc.strerror}", subject=path) from exc
+        raise AacoError(
+            f"cannot read the admin token: {exc.strerror}", subject=path, hint="point admin.token_file at a file"
+        ) from exc
     if mode & stat.S_IRWXO:
         raise AacoError(
             f"the admin token is open to every local user (mode {stat.S_IMODE(mode):04o})",

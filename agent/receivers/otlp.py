@@ -185,7 +185,7 @@ class OtlpReceiver:
         self._enrich(signal, msg)
         self.stats.inc(RECEIVER_ITEMS, n, signal=signal)
         if signal == "traces":
-            self.traces.receive_application(msg, n)
+            self.traces.receive_application(msg, n, nbytes=len(payload))
         else:
             sender = self.senders[signal]
             if sender is not None:

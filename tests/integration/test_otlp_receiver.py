@@ -12,13 +12,14 @@ import grpc
 import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from aaco.agent.config import load_config
 from aaco.agent.errors import ConfigError
-from aaco.agent.receivers.otlp import RECEIVER_REQUESTS
+from aaco.agent.receivers.otlp import RECEIVER_ITEMS_REJECTED, RECEIVER_REQUESTS
 from aaco.agent.service import AgentService
 from tests.conftest import get_free_port
 from tests.support.otlp_receivers import GrpcReceiver
@@ -187,3 +188,38 @@ def test_children_mode_moves_iterations_under_the_request(tmp_path):
     kernels = [s for s in spans if s.parent_span_id in {it.span_id for it in iterations}]
     assert kernels and all(k.trace_id == req.trace_id for k in kernels)  # the whole trace moved
     assert len({s.trace_id for s in spans}) == 1
+
+
+def test_spans_with_malformed_ids_are_dropped_counted_and_reported(tmp_path):
+    """A 32-byte trace id (and a zero one) never goes upstream; the good span beside it does."""
+    req = trace_service_pb2.ExportTraceServiceRequest()
+    ss = req.resource_spans.add().scope_spans.add()
+    ss.spans.add(name="good", trace_id=b"\x01" * 16, span_id=b"\x02" * 8, start_time_unix_nano=1, end_time_unix_nano=2)
+    ss.spans.add(name="long-trace-id", trace_id=b"\x03" * 32, span_id=b"\x04" * 8)
+    ss.spans.add(name="zero-trace-id", trace_id=bytes(16), span_id=b"\x05" * 8)
+    body = req.SerializeToString()
+    with GrpcReceiver() as upstream:
+        svc = agent(tmp_path, upstream.port, [])
+        svc.start()
+        try:
+            rx = svc.receiver
+            http_req = urllib.request.Request(
+                f"http://127.0.0.1:{rx.http_port}/v1/traces",
+                data=body,
+                headers={"Content-Type": "application/x-protobuf"},
+                method="POST",
+            )
+            with urllib.request.urlopen(http_req, timeout=10) as r:
+                http_reply = trace_service_pb2.ExportTraceServiceResponse.FromString(r.read())
+            with grpc.insecure_channel(f"127.0.0.1:{rx.grpc_port}") as channel:
+                export = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
+                raw = export(body, timeout=10)
+            grpc_reply = trace_service_pb2.ExportTraceServiceResponse.FromString(raw)
+            for reply in (http_reply, grpc_reply):
+                assert reply.partial_success.rejected_spans == 2
+                assert "bad_trace_id" in reply.partial_success.error_message
+            assert svc.stats.get(RECEIVER_ITEMS_REJECTED, signal="traces", reason="bad_trace_id") == 4
+        finally:
+            svc.shutdown(timeout_s=20)
+    names = [s.name for _, s in upstream.got.spans()]
+    assert names == ["good", "good"]

@@ -15,13 +15,14 @@ from contextlib import contextmanager
 
 import grpc
 import pytest
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from aaco.agent.pipeline.budget import ByteBudget
 from aaco.agent.pipeline.stats import Stats
 from aaco.agent.receivers.config import OtlpReceiverConfig
 from aaco.agent.receivers.http_wire import RECEIVER_CONNECTIONS
-from aaco.agent.receivers.otlp import RECEIVER_REQUESTS, OtlpReceiver
+from aaco.agent.receivers.otlp import RECEIVER_ITEMS_REJECTED, RECEIVER_REQUESTS, OtlpReceiver
 
 pytestmark = pytest.mark.integration
 
@@ -263,3 +264,19 @@ def test_slow_loris_holds_sockets_not_threads():
         finally:
             for s in loris:
                 s.close()
+
+
+def test_log_records_with_malformed_ids_are_reported_as_partial_success():
+    req = logs_service_pb2.ExportLogsServiceRequest()
+    sl = req.resource_logs.add().scope_logs.add()
+    sl.log_records.add(trace_id=b"\x01" * 16, span_id=b"\x02" * 8)
+    sl.log_records.add(trace_id=b"\x01" * 32)
+    with receiver() as (rx, _):
+        conn = http.client.HTTPConnection("127.0.0.1", rx.http_port, timeout=10)
+        conn.request("POST", "/v1/logs", req.SerializeToString(), {"Content-Type": "application/x-protobuf"})
+        resp = conn.getresponse()
+        reply = logs_service_pb2.ExportLogsServiceResponse.FromString(resp.read())
+        conn.close()
+        assert resp.status == 200
+        assert reply.partial_success.rejected_log_records == 1
+        assert rx.stats.get(RECEIVER_ITEMS_REJECTED, signal="logs", reason="bad_trace_id") == 1

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import socket
+import ssl
+import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -19,9 +25,11 @@ from aaco.analyzers.base import AnalysisSnapshot
 from aaco.analyzers.kar import KarAnalyzer
 from aaco.analyzers.latency import ITERATION_LATENCY, LatencyAnalyzer
 from aaco.exporters.base import ExportResult
-from aaco.exporters.prometheus import PrometheusConfig, PrometheusExporter, render
+from aaco.exporters.prometheus import METRICS_SERVER_REFUSED, PrometheusConfig, PrometheusExporter, render
+from aaco.exporters.web_config import WEB_CONFIG_RELOADS
 
 from .builders import NODE, item, iterations
+from .test_web_config import Pki, basic, bcrypt_hash, bump, issue, make_ca, make_pki, write
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 
@@ -265,3 +273,214 @@ def test_shutdown_before_start_and_noop_contract():
     exp.shutdown(1)
     assert exp.force_flush(1) is True
     assert exp.port == 0
+
+
+# --- TLS and basic auth (a Prometheus web-config file), the worker pool and the deadline ----------------------------
+
+
+def wait_for(predicate, timeout_s: float = 20.0) -> bool:
+    """Poll ``predicate`` until true or ``timeout_s`` passed (a hang fails instead of blocking)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+def fetch(url: str, context: ssl.SSLContext | None = None, auth: str | None = None) -> tuple[int, dict[str, str], str]:
+    """GET over http or https; (status, headers, body), an HTTP error status included."""
+    req = urllib.request.Request(url, headers={"Authorization": auth} if auth else {})
+    try:
+        with urllib.request.urlopen(req, timeout=10, context=context) as r:
+            return r.status, dict(r.headers), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read().decode()
+
+
+def client_context(pki: Pki, ca: Path | None = None, cert: bool = False) -> ssl.SSLContext:
+    """A client SSLContext trusting ``ca`` (the PKI's CA by default), with the client certificate if asked."""
+    ctx = ssl.create_default_context(cafile=str(ca or pki.ca))
+    if cert:
+        ctx.load_cert_chain(pki.client_cert, pki.client_key)
+    return ctx
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """One PKI for the module."""
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture
+def serve_with(tmp_path: Path):
+    """Start an exporter whose web-config file is ``doc`` (more PrometheusConfig fields as keywords)."""
+    started: list[PrometheusExporter] = []
+
+    def start(doc: dict, **fields) -> tuple[PrometheusExporter, Stats, Path]:
+        path = write(tmp_path / "web-config.yml", doc)
+        stats = Stats()
+        health = Health()
+        exp = PrometheusExporter(
+            PrometheusConfig(port=0, web_config_file=path, **fields), stats, health, NODE, {"/api/v1/capture": None}
+        )
+        exp.start()
+        started.append(exp)
+        return exp, stats, path
+
+    yield start
+    for exp in started:
+        exp.shutdown(5)
+
+
+def tls_doc(pki: Pki, **tls) -> dict:
+    return {"tls_server_config": {"cert_file": str(pki.server_cert), "key_file": str(pki.server_key), **tls}}
+
+
+def test_tls_and_basic_auth(serve_with, pki: Pki):
+    hashed = bcrypt_hash("s3cret")
+    doc = {
+        **tls_doc(pki),
+        "basic_auth_users": {"prometheus": hashed},
+        "http_server_config": {"headers": {"X-Content-Type-Options": "nosniff"}},
+    }
+    exp, stats, _ = serve_with(doc)
+    base = f"https://127.0.0.1:{exp.port}"
+    ctx = client_context(pki)
+    status, headers, body = fetch(base + "/metrics", ctx, basic("prometheus", "s3cret"))
+    assert status == 200
+    assert "aaco_agent_info" in body
+    assert headers["X-Content-Type-Options"] == "nosniff"
+    status, headers, _ = fetch(base + "/metrics", ctx, basic("prometheus", "wrong"))
+    assert status == 401
+    assert headers["WWW-Authenticate"].startswith("Basic")
+    assert headers["X-Content-Type-Options"] == "nosniff"
+    assert fetch(base + "/metrics", ctx)[0] == 401
+    assert fetch(base + "/", ctx)[0] == 401
+    assert fetch(base + "/nope", ctx)[0] == 401, "no path is told apart before the credentials"
+    assert stats.get(METRICS_SERVER_REFUSED, reason="bad_credentials") == 1
+    assert stats.get(METRICS_SERVER_REFUSED, reason="no_credentials") == 3
+    # the probes need no secret; the admin action has its own credential (here: none configured, 403, not 401)
+    assert fetch(base + "/healthz", ctx)[0] == 200
+    assert fetch(base + "/readyz", ctx)[0] == 503
+    req = urllib.request.Request(base + "/api/v1/capture", data=b"", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as exc:
+        urllib.request.urlopen(req, timeout=10, context=ctx)
+    assert exc.value.code == 403
+    # the refusals are on /metrics
+    _, _, body = fetch(base + "/metrics", ctx, basic("prometheus", "s3cret"))
+    s = samples_of(body)
+    assert s[("aaco_metrics_server_refused_total", (("reason", "bad_credentials"),))].value == 1
+
+
+def test_plain_http_to_the_tls_port_is_refused(serve_with, pki: Pki):
+    exp, stats, _ = serve_with(tls_doc(pki))
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{exp.port}/metrics", timeout=10).read()
+    assert wait_for(lambda: stats.get(METRICS_SERVER_REFUSED, reason="tls_handshake") == 1)
+    assert fetch(f"https://127.0.0.1:{exp.port}/metrics", client_context(pki))[0] == 200
+
+
+def test_client_certificate_required(serve_with, pki: Pki):
+    doc = tls_doc(pki, client_auth_type="RequireAndVerifyClientCert", client_ca_file=str(pki.ca))
+    exp, stats, _ = serve_with(doc)
+    url = f"https://127.0.0.1:{exp.port}/metrics"
+    with pytest.raises(OSError):
+        fetch(url, client_context(pki))
+    assert wait_for(lambda: stats.get(METRICS_SERVER_REFUSED, reason="client_cert") == 1)
+    assert fetch(url, client_context(pki, cert=True))[0] == 200
+    # the probes too need the certificate then: the TLS layer is below every path
+    with pytest.raises(OSError):
+        fetch(f"https://127.0.0.1:{exp.port}/healthz", client_context(pki))
+
+
+def test_client_certificate_of_another_ca_is_refused(serve_with, pki: Pki):
+    doc = tls_doc(pki, client_auth_type="RequireAndVerifyClientCert", client_ca_file=str(pki.other_ca))
+    exp, stats, _ = serve_with(doc)
+    with pytest.raises(OSError):
+        fetch(f"https://127.0.0.1:{exp.port}/metrics", client_context(pki, cert=True))
+    assert wait_for(lambda: stats.get(METRICS_SERVER_REFUSED, reason="client_cert") == 1)
+
+
+def test_client_allowed_sans(serve_with, pki: Pki):
+    doc = tls_doc(
+        pki, client_auth_type="RequireAndVerifyClientCert", client_ca_file=str(pki.ca), client_allowed_sans=["x.test"]
+    )
+    exp, stats, _ = serve_with(doc)
+    with pytest.raises(OSError):
+        fetch(f"https://127.0.0.1:{exp.port}/metrics", client_context(pki, cert=True))
+    assert wait_for(lambda: stats.get(METRICS_SERVER_REFUSED, reason="client_san") == 1)
+
+
+def test_certificate_rotation_is_picked_up(serve_with, pki: Pki, tmp_path: Path):
+    (tmp_path / "new").mkdir()
+    new_ca = make_ca(tmp_path / "new", "new-ca")
+    new_cert, new_key = issue(tmp_path / "new", "rotated", new_ca, "subjectAltName=IP:127.0.0.1\n")
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    shutil.copy(pki.server_cert, cert)
+    shutil.copy(pki.server_key, key)
+    exp, stats, _ = serve_with({"tls_server_config": {"cert_file": "tls.crt", "key_file": "tls.key"}})
+    url = f"https://127.0.0.1:{exp.port}/metrics"
+    assert fetch(url, client_context(pki))[0] == 200
+    with pytest.raises(OSError):
+        fetch(url, client_context(pki, ca=new_ca[0]))
+    # as a Secret update: new files, then the agent's next connection uses them (no restart)
+    shutil.copy(new_key, key)
+    shutil.copy(new_cert, cert)
+    bump(cert)
+    assert fetch(url, client_context(pki, ca=new_ca[0]))[0] == 200
+    with pytest.raises(OSError):
+        fetch(url, client_context(pki))
+    assert stats.get(WEB_CONFIG_RELOADS, result="ok") == 1
+
+
+def test_a_broken_change_answers_500_but_probes_stay_open(serve_with, pki: Pki):
+    exp, stats, path = serve_with({"basic_auth_users": {"p": bcrypt_hash("x")}})
+    base = f"http://127.0.0.1:{exp.port}"
+    assert fetch(base + "/metrics", auth=basic("p", "x"))[0] == 200
+    path.write_text("basic_auth_users: {p: not-a-hash}\n")
+    bump(path)
+    assert fetch(base + "/metrics", auth=basic("p", "x"))[0] == 500
+    assert fetch(base + "/healthz")[0] == 200
+    assert stats.get(METRICS_SERVER_REFUSED, reason="config_error") == 1
+    assert stats.get(WEB_CONFIG_RELOADS, result="error") == 1
+
+
+def test_a_bad_web_config_file_stops_the_start(tmp_path: Path):
+    path = write(tmp_path / "w.yml", {"tls_server_config": {"cert_file": "no.crt", "key_file": "no.key"}})
+    exp = PrometheusExporter(PrometheusConfig(port=0, web_config_file=path), Stats(), Health(), NODE)
+    with pytest.raises(AacoError, match="cannot read") as exc:
+        exp.start()
+    assert exc.value.subject == str(tmp_path / "no.crt")
+    exp.shutdown(1)
+
+
+def test_a_silent_client_is_cut_at_the_deadline(serve_with, pki: Pki):
+    exp, stats, _ = serve_with(tls_doc(pki), request_timeout_s=0.5)
+    with socket.create_connection(("127.0.0.1", exp.port), timeout=30) as sock:
+        assert sock.recv(1) == b"", "the server closed the connection (no TLS handshake came)"
+    assert wait_for(lambda: stats.get(METRICS_SERVER_REFUSED, reason="timeout") == 1)
+    assert fetch(f"https://127.0.0.1:{exp.port}/metrics", client_context(pki))[0] == 200
+
+
+def test_a_slow_request_is_cut_at_the_deadline(serve_with):
+    exp, stats, _ = serve_with({}, request_timeout_s=0.5)
+    with socket.create_connection(("127.0.0.1", exp.port), timeout=30) as sock:
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
+        assert sock.recv(1) == b""
+    assert wait_for(lambda: stats.get(METRICS_SERVER_REFUSED, reason="timeout") == 1)
+
+
+def test_connections_past_max_workers_are_refused(serve_with):
+    exp, stats, _ = serve_with({}, max_workers=1, request_timeout_s=60)
+    with socket.create_connection(("127.0.0.1", exp.port), timeout=30) as held:
+        assert wait_for(lambda: len(exp._server._active) == 1)  # the one worker is busy with it
+        with (
+            socket.create_connection(("127.0.0.1", exp.port), timeout=30) as extra,
+            contextlib.suppress(ConnectionResetError),
+        ):
+            assert extra.recv(1) == b""
+        assert stats.get(METRICS_SERVER_REFUSED, reason="busy") == 1
+        held.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+        assert held.recv(64).startswith(b"HTTP/1.0 200")
+    assert wait_for(lambda: fetch(f"http://127.0.0.1:{exp.port}/healthz")[0] == 200)

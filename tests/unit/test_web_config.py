@@ -47,7 +47,7 @@ def _openssl(*args: str | Path) -> None:
     subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True, timeout=60)
 
 
-def _ca(folder: Path, name: str) -> tuple[Path, Path]:
+def make_ca(folder: Path, name: str) -> tuple[Path, Path]:
     cert, key = folder / f"{name}.crt", folder / f"{name}.key"
     _openssl(
         "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
@@ -80,10 +80,10 @@ def make_pki(folder: Path) -> Pki:
     if shutil.which("openssl") is None:
         skip_or_fail("the openssl command is not installed (Debian openssl)")
     folder.mkdir(parents=True, exist_ok=True)
-    ca = _ca(folder, "ca")
+    ca = make_ca(folder, "ca")
     server = issue(folder, "server", ca, "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
     client = issue(folder, "client", ca, "subjectAltName=DNS:scraper.test\nextendedKeyUsage=clientAuth\n")
-    other, _ = _ca(folder, "other-ca")
+    other, _ = make_ca(folder, "other-ca")
     return Pki(ca[0], server[0], server[1], client[0], client[1], other)
 
 
@@ -333,7 +333,7 @@ def test_basic_scheme_is_case_insensitive_and_password_may_hold_colons():
 # --- reloading --------------------------------------------------------------------------------------------------
 
 
-def _bump(path: Path) -> None:
+def bump(path: Path) -> None:
     """Make sure a rewrite is seen as a change even within one mtime tick."""
     st = path.stat()
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
@@ -347,7 +347,7 @@ def test_watcher_reads_again_only_on_change(tmp_path: Path, pki: Pki):
     assert watcher.current() is first, "nothing changed: the same state, nothing read"
     assert not watcher.tls
     write(path, {"basic_auth_users": {"bob": bcrypt_hash("b")}})
-    _bump(path)
+    bump(path)
     second = watcher.current()
     assert list(second.users) == ["bob"]
     assert stats.get(WEB_CONFIG_RELOADS, result="ok") == 1
@@ -358,7 +358,7 @@ def test_a_broken_change_fails_closed_and_a_fix_recovers(tmp_path: Path, caplog:
     path = write(tmp_path / "w.yml", {"basic_auth_users": {"alice": bcrypt_hash("a")}})
     watcher = WebConfigWatcher(path, stats)
     path.write_text("basic_auth_users: {alice: plain}\n")
-    _bump(path)
+    bump(path)
     state = watcher.current()
     assert state.error is not None and "not a bcrypt hash" in state.error
     assert stats.get(WEB_CONFIG_RELOADS, result="error") == 1
@@ -366,7 +366,7 @@ def test_a_broken_change_fails_closed_and_a_fix_recovers(tmp_path: Path, caplog:
     assert stats.get(WEB_CONFIG_RELOADS, result="error") == 1, "read again only when it changes"
     assert "guarded requests refused with 500" in caplog.text
     write(path, {"basic_auth_users": {"alice": bcrypt_hash("a")}})
-    _bump(path)
+    bump(path)
     assert watcher.current().error is None
 
 
@@ -375,7 +375,7 @@ def test_tls_cannot_be_turned_off_by_a_change(tmp_path: Path, pki: Pki):
     watcher = WebConfigWatcher(path, Stats())
     assert watcher.tls
     write(path, {"basic_auth_users": {}})
-    _bump(path)
+    bump(path)
     state = watcher.current()
     assert state.error is not None and "at start only" in state.error
     assert state.context is not None, "the TLS layer keeps the last certificate that loaded"
@@ -392,7 +392,7 @@ def test_certificate_rotation_in_place_is_seen(tmp_path: Path, pki: Pki):
     before = watcher.current().context
     shutil.copy(pki.client_cert, cert)
     shutil.copy(pki.client_key, key)
-    _bump(cert)
+    bump(cert)
     after = watcher.current()
     assert after.error is None
     assert after.context is not before

@@ -2,7 +2,9 @@
 
 The request carries an admin credential: the bearer token of ``--token-file`` (the agent's
 ``admin.token_file``) to the metrics port, or, with ``--socket``, none but the caller's own uid,
-which the agent reads from the Unix socket (it must be in ``admin.allowed_uids``).
+which the agent reads from the Unix socket (it must be in ``admin.allowed_uids``). Both default to
+the environment variables that set the agent's own (``AACO_ADMIN_TOKEN_FILE``, ``AACO_ADMIN_SOCKET``),
+so where the agent runs with them, ``aaco capture --pid P`` needs no flag.
 """
 
 from __future__ import annotations
@@ -31,11 +33,18 @@ def capture(
     ),
     source: Annotated[str | None, typer.Option("--source", help="Which capture source (default: the first).")] = None,
     token_file: Annotated[
-        Path, typer.Option("--token-file", help="The agent's admin token (its admin.token_file).")
+        Path,
+        typer.Option(
+            "--token-file", envvar="AACO_ADMIN_TOKEN_FILE", help="The agent's admin token (its admin.token_file)."
+        ),
     ] = DEFAULT_TOKEN_FILE,
     socket_path: Annotated[
         Path | None,
-        typer.Option("--socket", help="Ask over the agent's admin.socket instead (no token: your uid is checked)."),
+        typer.Option(
+            "--socket",
+            envvar="AACO_ADMIN_SOCKET",
+            help="Ask over the agent's admin.socket instead (no token: your uid is checked).",
+        ),
     ] = None,
 ) -> None:
     """Queue a capture of PID on the running agent (its `capture` source runs the profiler and ingests the result)."""

@@ -100,7 +100,7 @@ class PoolServer(WSGIServer):
         try:
             self._track(sock, deadline)
             sock.settimeout(self._timeout_s)
-            state = self._web.current() if self._web is not None else None
+            state = self._web.current() if self._web is not None and self._web.tls else None
             if state is not None and state.context is not None:
                 tls = self._handshake(state.context, sock, deadline, state.config.tls_server_config)
                 if tls is None:

@@ -57,17 +57,6 @@ AGENT_INFO = define(
     "The agent's version and node (value 1).",
     ("version", "node"),
 )
-METRICS_SERVER_REFUSED = define(
-    "aaco.metrics_server.refused",
-    "aaco_metrics_server_refused",
-    "counter",
-    "{request}",
-    "Connections and requests the /metrics server refused, by reason: no_credentials and bad_credentials (401, "
-    "basic auth), config_error (500: the web-config file's latest change did not load), tls_handshake, "
-    "client_cert (no or unverified client certificate), client_san (not in client_allowed_sans), timeout "
-    "(request_timeout_s passed), busy (max_workers connections already served).",
-    ("reason",),
-)
 AGENT_START = define(
     "aaco.agent.start_time",
     "aaco_agent_start_time_seconds",
@@ -81,6 +70,17 @@ COLLECT_DURATION = define(
     "gauge",
     "s",
     "Time the previous scrape took to render.",
+)
+METRICS_SERVER_REFUSED = define(
+    "aaco.metrics_server.refused",
+    "aaco_metrics_server_refused",
+    "counter",
+    "{request}",
+    "Connections and requests the /metrics server refused, by reason: no_credentials and bad_credentials (401, "
+    "basic auth), config_error (500: the web-config file's latest change did not load), tls_handshake, "
+    "client_cert (no or unverified client certificate), client_san (not in client_allowed_sans), timeout "
+    "(request_timeout_s passed), busy (max_workers connections already served).",
+    ("reason",),
 )
 
 Port = conint(ge=0, le=65535)

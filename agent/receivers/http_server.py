@@ -47,6 +47,7 @@ from .http_wire import (
     MAX_HEADER_BYTES,
     PATHS,
     RECEIVER_CONNECTIONS,
+    REFUSED_LINGER_MAX,
     Conn,
     Count,
     Reply,
@@ -88,6 +89,7 @@ class HttpServer:
         self._stopping = False
         self._accepting = True
         self._warned_accept = False
+        self._refused = 0  # connections refused for max_connections, answered and lingering
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -184,17 +186,23 @@ class HttpServer:
                 self._sel.unregister(self._listener)
                 self._accepting = False
                 return
-            if len(self._conns) >= cfg.max_connections:
-                self._conn_count("too_many_connections")
-                if self.tls is None:
-                    self._send_now(sock, plain_response(503, "too many connections\n", (("Retry-After", "1"),)))
-                sock.close()
-                continue
             sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             now = time.monotonic()
             http = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
             peer = f"{addr[0]}:{addr[1]}"
+            if len(self._conns) - self._refused >= cfg.max_connections:
+                self._conn_count("too_many_connections")
+                if self.tls is not None or self._refused >= REFUSED_LINGER_MAX:
+                    sock.close()  # no answer a TLS client could read, or too many being answered already
+                    continue
+                refused = Conn(sock, peer, http, "linger", now, refused=True)
+                self._refused += 1
+                self._conns.add(refused)
+                self._sel.register(sock, selectors.EVENT_READ, refused)
+                self._send_now(sock, plain_response(503, "too many connections\n", (("Retry-After", "1"),)))
+                self._linger(refused)
+                continue
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self.tls is not None:
                 tls_sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
                 conn = Conn(tls_sock, peer, http, "handshake", now + cfg.read_timeout_s)
@@ -393,18 +401,24 @@ class HttpServer:
 
     # -- helpers ------------------------------------------------------------------------------------
 
-    def _refuse(self, conn: Conn, status: int, outcome: str, text: str, extra: tuple[tuple[str, str], ...] = ()):
+    def _refuse(
+        self, conn: Conn, status: int, outcome: str, text: str, extra: tuple[tuple[str, str], ...] = ()
+    ) -> None:
         """Answer a refusal, count it and close the connection after a lingering read."""
         self.count(conn.signal, outcome)
         self._release(conn)
         self._send_now(conn.sock, plain_response(status, text, extra))
+        conn.chunks = []
+        self._linger(conn)
+
+    def _linger(self, conn: Conn) -> None:
+        """Close for writing and read what still comes for a short while (see ``_discard``)."""
         try:
             conn.sock.shutdown(socket.SHUT_WR)
         except OSError:
             self._close(conn)
             return
         conn.phase, conn.deadline = "linger", time.monotonic() + min(LINGER_S, self.config.read_timeout_s)
-        conn.chunks = []
 
     def _discard(self, conn: Conn) -> None:
         """Read and drop what a refused client still sends, so that closing does not reset its answer away."""
@@ -430,6 +444,8 @@ class HttpServer:
         with contextlib.suppress(KeyError, ValueError):  # busy (handed to a worker) or already unregistered
             self._sel.unregister(conn.sock)
         conn.sock.close()
+        if conn in self._conns and conn.refused:
+            self._refused -= 1
         self._conns.discard(conn)
 
     def _release(self, conn: Conn) -> None:

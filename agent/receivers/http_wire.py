@@ -26,6 +26,7 @@ RECEIVER_CONNECTIONS = define(
 
 PATHS = {"/v1/traces": "traces", "/v1/metrics": "metrics", "/v1/logs": "logs"}
 MAX_HEADER_BYTES = 64 * 1024  # request line and headers; an OTLP SDK sends well under 1 KiB
+REFUSED_LINGER_MAX = 64  # connections refused for max_connections that are answered (the rest are just closed)
 LINGER_S = 2.0  # how long a refused connection is read (and discarded) before it is closed
 _REQUEST_LINE = re.compile(rb"[A-Z]+ ([^ ?\r\n]+)")
 GONE = (ConnectionError, TimeoutError, ssl.SSLError, OSError)
@@ -68,6 +69,7 @@ class Conn:
     chunks: list[bytes] = field(default_factory=list)
     size: int = 0
     reserved: int = 0
+    refused: bool = False  # over max_connections: answered 503, not counted against the limit
 
 
 def gunzip_bounded(body: bytes, limit: int) -> bytes | None:

@@ -239,8 +239,11 @@ class HttpServer:
             except GONE as exc:
                 self._gone(conn, exc)
                 return
-            if not data:
-                self._gone(conn, "closed") if conn.phase in ("head", "body") else self._close(conn)
+            if not data:  # the client closed: mid-request it went away, between requests it is done
+                if conn.phase in ("head", "body"):
+                    self._gone(conn, "closed")
+                else:
+                    self._close(conn)
                 return
             if conn.phase == "idle":
                 conn.phase, conn.deadline = "head", time.monotonic() + self.config.read_timeout_s

@@ -78,9 +78,11 @@ def ok_captures(base: str, source: str) -> float | None:
 def test_scheduled_and_on_demand_captures(tmp_path, aaco_bin, samples, sleepers):
     port = get_free_port()
     first, second = sleepers
-    # one source captures its target on a schedule, the other only when asked (each only its own target)
+    # one source captures its target on a schedule, the other only when asked (each only its own target);
+    # each in its own out_dir (a source takes whatever it finds in its out_dir at start as its own leftovers)
     scheduled = {**source(tmp_path, samples, [first], interval_s=0.5), "name": "scheduled"}
     on_demand = {**source(tmp_path, samples, [second], interval_s=0), "name": "on-demand"}
+    on_demand["out_dir"] = str(tmp_path / "captures-on-demand")
     cfg = config(tmp_path, samples, port, None, 0, sources=[scheduled, on_demand])
     agent = start_aaco(aaco_bin, "agent", "--config", str(cfg), log=tmp_path / "agent.log")
     base = f"http://127.0.0.1:{port}"
@@ -117,7 +119,8 @@ def test_scheduled_and_on_demand_captures(tmp_path, aaco_bin, samples, sleepers)
     # named by the captured process, not by the files ({pid}_kernel_trace): one model for both windows
     assert set(k.column("model").to_pylist()) == {MODEL}
     assert sorted(k["source"].to_pylist()) == ["on-demand"] * 9 + ["scheduled"] * 9
-    assert not list((tmp_path / "captures").iterdir())  # outputs removed once ingested
+    for out_dir in ("captures", "captures-on-demand"):
+        assert not list((tmp_path / out_dir).iterdir())  # outputs removed once ingested
 
 
 def test_no_agent_is_a_clear_error(aaco_bin, tmp_path):

@@ -6,7 +6,9 @@ Shutdown (SIGTERM, SIGINT, the end of a replay) runs in this order, all within
 1. sources are asked to stop reading; they publish what they already hold (waiting for room);
 2. when they have ended (or their share of the deadline is spent) the bus is closed, and what it
    still holds is drained through the correlator, the analyzers and the exporters;
-3. held kernels are released, a final snapshot is published, every exporter is flushed and shut down.
+3. held kernels are released, a final snapshot is published, and every exporter and forwarder is
+   flushed and shut down, all at once (``shutdown.close_together``): sends are capped by the time
+   left, what is not sent by the deadline is counted dropped and said in one log line.
 
 ``shutdown`` is idempotent and safe before ``start``. ``reload`` (SIGHUP) applies a new
 configuration: sources whose configuration is unchanged keep running (a finished replay is not
@@ -46,11 +48,13 @@ from .admin import capture as capture_action
 from .admin_socket import AdminSocketServer
 from .config import AgentConfig, source_names
 from .errors import AacoError
+from .pipeline.budget import ByteBudget
 from .pipeline.bus import Bus
 from .pipeline.correlator import Correlator
 from .pipeline.ledger import Ledger
 from .pipeline.stats import Stats
 from .pipeline.worker import Pipeline
+from .shutdown import close_exporter, close_together, dropped_at_shutdown, report
 from .sources import REGISTRY
 from .sources.base import Journal, NullProgress, Problem, Progress, Source, SourceContext
 from .sources.capture import CaptureConfig
@@ -110,6 +114,8 @@ class AgentService:
         self.config = config
         self.progress = progress or NullProgress()
         self.stats = Stats()
+        # One byte budget for the OTLP data held: receiver, assembly, export and forward queues.
+        self.budget = ByteBudget(config.exporters.otlp.memory_budget_mib * 1024 * 1024, self.stats)
         self.journal = Journal(self.stats)
         self.state = State.NEW
         self._lock = threading.RLock()
@@ -154,7 +160,12 @@ class AgentService:
             rx = config.receivers.otlp
             out.append(
                 OtlpTraceExporter(
-                    ex.otlp, self.stats, config.node, link_window_s=rx.link_window_s, link_mode=rx.link_mode
+                    ex.otlp,
+                    self.stats,
+                    config.node,
+                    link_window_s=rx.link_window_s,
+                    link_mode=rx.link_mode,
+                    budget=self.budget,
                 )
             )
         if resolve_otlp(ex.otlp, "metrics") is not None:
@@ -293,10 +304,11 @@ class AgentService:
                 sender = OtlpSender(
                     target,
                     self.stats,
-                    f"forward:{signal}",
+                    f"forward:{kind}",
                     otlp.queue_max_spans,
                     otlp.retry_max_elapsed_s,
                     rejected_spans,
+                    budget=self.budget,
                 )
                 sender.start()
                 self._forwarders.append(sender)
@@ -308,6 +320,7 @@ class AgentService:
             traces,
             senders["metrics"],
             senders["logs"],
+            self.budget,
         )
         self.receiver.start()
 
@@ -326,11 +339,14 @@ class AgentService:
             self.state = State.STOPPING
         total = self.config.pipeline.shutdown_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + total
+        before = dropped_at_shutdown(self.stats)
         sources_deadline = deadline - min(2.0, 0.3 * total)
         if self._admin_socket is not None:
             self._admin_socket.stop(min(2.0, 0.2 * total))
         if self.receiver is not None:
             self.receiver.stop(min(2.0, 0.2 * total))
+        for sender in self._forwarders:  # nothing more comes in: they send what they hold until the deadline
+            sender.close(deadline)
         self._stop_sources(list(self._sources), sources_deadline)
         self._worker_stop.set()  # before closing the bus: the close wakes a worker waiting on it
         self.bus.close()
@@ -340,15 +356,9 @@ class AgentService:
         if not drained:
             log.warning("shutdown deadline reached with %d event(s) still queued", self.bus.depth)
         self.final_snapshot = self.pipeline.finish()
-        for exp in self.exporters:
-            remaining = max(0.1, deadline - time.monotonic())
-            try:
-                exp.force_flush(remaining)
-                exp.shutdown(max(0.1, deadline - time.monotonic()))
-            except Exception:
-                log.exception("exporter %s failed to shut down", exp.name)
-        for sender in self._forwarders:
-            sender.shutdown(max(0.1, deadline - time.monotonic()))
+        closers = [(e.name, lambda e=e: close_exporter(e, deadline)) for e in self.exporters]
+        closers += [(s.component, lambda s=s: s.shutdown(deadline - time.monotonic())) for s in self._forwarders]
+        report(self.stats, before, total, close_together(closers, deadline))
         with self._lock:
             self.state = State.STOPPED
         log.info("agent stopped")

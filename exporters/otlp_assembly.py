@@ -15,7 +15,11 @@ process (from the scheduler source) are attached as span events. Open traces are
 
 Application spans (received by the node's OTLP receiver) meet the iterations here: an application
 span whose resource has ``process.pid`` P is linked to the iterations of P that start inside it.
-Application requests are held for ``link_window_s`` (late data is fine) and, while the receiver is
+Application requests are held for ``link_window_s`` (late data is fine), bounded in count
+(``max_app_requests``) and in bytes: each holds its wire size in the agent's ``ByteBudget`` (holder
+``assembly``) until it is forwarded, and while the budget is over its limit, or the requests held here
+take more than half of it (the export queue needs the rest), the oldest are forwarded early (their
+links are then the ones made so far). While the receiver is
 on, iteration roots are held as long, so the link goes both ways when both are still unsent; an
 iteration already sent gets only the forward link from the application span (counted by
 direction). With ``link_mode: children`` the iteration instead becomes a child of the application
@@ -35,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from aaco.agent.pipeline.budget import DEFAULT_BUDGET_BYTES, ByteBudget
 from aaco.agent.pipeline.ids import span_id, trace_id
 from aaco.agent.pipeline.schemas import EventBatch
 from aaco.agent.pipeline.signals import define
@@ -68,6 +73,7 @@ SPAN_LINKS = define(
     ("direction",),
 )
 
+HOLDER = "assembly"  # the byte budget's name for application requests held here
 MAX_EVENTS_PER_ROOT = 32
 MAX_LINKS_PER_SPAN = 128
 
@@ -109,6 +115,7 @@ class AppRequest:
     spans: list[AppSpan]
     deadline: float
     count: int
+    nbytes: int = 0  # its wire size, held in the byte budget until it is forwarded
 
 
 class TokenBucket:
@@ -151,6 +158,7 @@ class TraceAssembler:
         link_window_s: float = 5.0,
         link_mode: str = "links",
         max_app_requests: int = 10_000,
+        budget: ByteBudget | None = None,
     ) -> None:
         self.node = node
         self.stats = stats
@@ -161,6 +169,7 @@ class TraceAssembler:
         self.link_window_s = link_window_s
         self.link_mode = link_mode
         self.max_app_requests = max_app_requests
+        self.budget = budget if budget is not None else ByteBudget(DEFAULT_BUDGET_BYTES, stats)
         self.receiving = False  # set when the node's receiver runs: roots then wait for application spans
         self._clock = clock
         self._bucket = TokenBucket(max_spans_per_second, clock)
@@ -350,17 +359,21 @@ class TraceAssembler:
 
     # -- application spans --------------------------------------------------------------------------
 
-    def add_application(self, request: Any, spans: list[AppSpan], count: int) -> list[AppRequest]:
-        """Hold an application request for linking; return requests pushed out by the bound (send them)."""
-        self._apps.append(AppRequest(request, spans, self._clock() + self.link_window_s, count))
+    def add_application(self, request: Any, spans: list[AppSpan], count: int, nbytes: int = 0) -> list[AppRequest]:
+        """Hold a request (``nbytes`` on the wire) for linking; return the requests the bounds push out (send them)."""
+        self.budget.acquire(HOLDER, nbytes)
+        self._apps.append(AppRequest(request, spans, self._clock() + self.link_window_s, count, nbytes))
         for app in spans:
             for trace in self._open.values():
                 if trace.root is not None and trace.pid == app.pid:
                     self._link(app, trace)
         out = []
-        while len(self._apps) > self.max_app_requests:
+        while self._apps and (len(self._apps) > self.max_app_requests or self._over_budget()):
             out.append(self._release(self._apps.popleft()))
         return out
+
+    def _over_budget(self) -> bool:
+        return self.budget.over() or self.budget.held_by(HOLDER) > self.budget.limit // 2
 
     @staticmethod
     def _starts_inside(app: AppSpan, start_ns: int) -> bool:
@@ -385,7 +398,8 @@ class TraceAssembler:
             self.stats.inc(SPAN_LINKS, 1, direction="to_application")
 
     def _release(self, req: AppRequest) -> AppRequest:
-        """Final forward links to iterations already sent, before the request goes upstream."""
+        """Final forward links to iterations already sent, before the request goes upstream (its bytes given back)."""
+        self.budget.release(HOLDER, req.nbytes)
         for app in req.spans:
             for start, _end, tid, sid in self._iterations.get(app.pid, ()):
                 if sid in app.linked or not self._starts_inside(app, start):

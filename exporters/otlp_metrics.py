@@ -11,6 +11,13 @@ boundaries. Resource attributes are the agent's (``service.name=aaco-agent``, ``
 ``pod`` / ``namespace`` / ``container`` -> ``k8s.pod.name`` / ``k8s.namespace.name`` /
 ``k8s.container.name``, ``sensor`` -> ``hw.sensor_location``, ``error_type`` -> ``error.type``;
 any other label keeps its name.
+
+Every export's outcome is counted (``CountedExporter``): the SDK's reader keeps only a log line of a
+failure, so a failed export moves ``aaco_export_errors_total{exporter="otlp_metrics"}`` and its data
+points ``aaco_events_dropped_total{component="exporter:otlp_metrics", reason="export_failed"}``
+(``shutdown`` for the last one), and delivered points ``aaco_events_emitted_total``. ``force_flush``
+and ``shutdown`` keep their timeout although the SDK's OTLP exporters do not (they retry for their
+own ``timeout_s``): an export still running at the deadline is given up, its points counted dropped.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import grpc
@@ -27,13 +34,18 @@ from opentelemetry.exporter.otlp.proto.http import Compression as HttpCompressio
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetricExporter
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+    PeriodicExportingMetricReader,
+)
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
 
 from aaco.agent.pipeline.schemas import EventBatch
 from aaco.agent.pipeline.signals import LATENCY_BUCKETS, MetricDef, MetricPoint
-from aaco.agent.pipeline.stats import Stats
+from aaco.agent.pipeline.stats import EVENTS_DROPPED, EVENTS_EMITTED, EXPORT_ERRORS, Stats
 from aaco.analyzers.base import AnalysisSnapshot
 
 from .base import Exporter, ExportResult
@@ -52,6 +64,7 @@ LABELS = {
     "error_type": "error.type",
 }
 LATENCY_METRIC = "aaco.iteration.duration"
+COMPONENT = "exporter:otlp_metrics"
 
 
 def attributes(labels: Mapping[str, str]) -> dict[str, str]:
@@ -89,6 +102,78 @@ def make_exporter(target: OtlpTarget) -> Any:
     )
 
 
+def data_points(data: MetricsData) -> int:
+    """The data points of one export."""
+    return sum(len(m.data.data_points) for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics)
+
+
+class CountedExporter(MetricExporter):
+    """An SDK metric exporter whose outcomes are counted (see the module docstring)."""
+
+    def __init__(self, inner: MetricExporter, stats: Stats) -> None:
+        # The reader takes its temporality and aggregation from these two (the SDK's exporter contract).
+        super().__init__(inner._preferred_temporality, inner._preferred_aggregation)
+        self.inner = inner
+        self.stats = stats
+        self.closing = False
+        self._shut = False
+        self._lock = threading.Lock()
+        self._pending: int | None = None  # data points of the export running now
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+        """Export through the SDK's exporter, counting what it delivered or lost."""
+        n = data_points(metrics_data)
+        with self._lock:
+            self._pending = n
+        result = MetricExportResult.FAILURE
+        try:
+            result = self.inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+        finally:
+            with self._lock:
+                given_up, self._pending = self._pending is None, None  # given up: counted by abandon()
+            if not given_up:
+                self._count(n, result is MetricExportResult.SUCCESS)
+        return result
+
+    def _count(self, n: int, ok: bool) -> None:
+        if ok:
+            self.stats.inc(EVENTS_EMITTED, n, component=COMPONENT)
+            return
+        self.stats.inc(EXPORT_ERRORS, 1, exporter="otlp_metrics")
+        self.stats.inc(EVENTS_DROPPED, n, component=COMPONENT, reason="shutdown" if self.closing else "export_failed")
+
+    def abandon(self) -> None:
+        """Give up the export running now (shutdown's deadline): its points are counted dropped."""
+        with self._lock:
+            n, self._pending = self._pending, None
+        if n is not None:
+            self._count(n, False)
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        """The SDK's exporter buffers nothing."""
+        return self.inner.force_flush(timeout_millis)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        """Stop: retries end and a gRPC call in flight is cancelled (the SDK's exporter closes its channel)."""
+        with self._lock:
+            if self._shut:
+                return
+            self._shut = self.closing = True
+        self.inner.shutdown(timeout_millis=timeout_millis)
+
+
+def within(call: Callable[[], object], timeout_s: float, name: str) -> bool:
+    """Run ``call`` on a daemon thread and wait for it at most ``timeout_s``; True if it ended.
+
+    Hand-written because the SDK's OTLP exporters ignore the timeout they are given (their TODO #2663);
+    a call still running at the deadline is left to end on its own (its thread keeps no one waiting).
+    """
+    thread = threading.Thread(target=call, name=name, daemon=True)
+    thread.start()
+    thread.join(max(0.0, timeout_s))
+    return not thread.is_alive()
+
+
 class OtlpMetricsExporter(Exporter):
     """Every metric AACO defines, over OTLP, every ``metrics_interval_s``."""
 
@@ -111,16 +196,18 @@ class OtlpMetricsExporter(Exporter):
         self._interval_s = interval_s
         self._resource = Resource.create(resource_attributes(node, env))
         self._closed = False
+        self._exporter: CountedExporter | None = None
 
     def start(self) -> None:
         """Build the meter provider and its periodic reader."""
         if self.target is None:
             return
-        reader = PeriodicExportingMetricReader(
-            make_exporter(self.target), export_interval_millis=int(self._interval_s * 1000)
-        )
+        self._exporter = CountedExporter(make_exporter(self.target), self.stats)
+        reader = PeriodicExportingMetricReader(self._exporter, export_interval_millis=int(self._interval_s * 1000))
         view = View(instrument_name=LATENCY_METRIC, aggregation=ExplicitBucketHistogramAggregation(LATENCY_BUCKETS))
-        self._provider = MeterProvider(resource=self._resource, metric_readers=[reader], views=[view])
+        self._provider = MeterProvider(  # shut down by the agent within its deadline, not again at exit
+            resource=self._resource, metric_readers=[reader], views=[view], shutdown_on_exit=False
+        )
         self._meter = self._provider.get_meter("aaco")
         self._latency = self._meter.create_histogram(
             LATENCY_METRIC, unit="s", description="Iteration (inference request, training step) latency."
@@ -168,15 +255,29 @@ class OtlpMetricsExporter(Exporter):
         return ExportResult.SUCCESS
 
     def force_flush(self, timeout_s: float = 10.0) -> bool:
-        """Collect and export now."""
-        if self._provider is None:
+        """Collect and export now, within ``timeout_s`` (False if the export did not end in time)."""
+        provider = self._provider
+        if provider is None:
             return True
-        return bool(self._provider.force_flush(int(timeout_s * 1000)))
+        done: list[bool] = []
+        ended = within(lambda: done.append(provider.force_flush(int(timeout_s * 1000))), timeout_s, "aaco-otlp-flush")
+        return ended and all(done)
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
-        """Final export and stop (idempotent, safe before start)."""
-        if self._closed or self._provider is None:
+        """Final export and stop within ``timeout_s``, what is not sent counted (idempotent, safe before start)."""
+        provider, exporter = self._provider, self._exporter
+        if self._closed or provider is None or exporter is None:
             self._closed = True
             return
         self._closed = True
-        self._provider.shutdown(timeout_millis=int(timeout_s * 1000))
+        exporter.closing = True
+
+        def stop() -> None:
+            try:
+                provider.shutdown(timeout_millis=timeout_s * 1000)
+            except Exception as exc:  # the SDK raises when its reader had no time left
+                log.debug("OTLP metrics: %s", exc)
+
+        within(stop, timeout_s, "aaco-otlp-shutdown")
+        exporter.shutdown()  # if the provider did not get that far: end retries, cancel the call (else a no-op)
+        exporter.abandon()

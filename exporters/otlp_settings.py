@@ -59,6 +59,13 @@ class OtlpConfig(StrictModel):
     trace_window_s: PositiveFloat = Field(
         2.0, description="How long a trace's root span waits for more kernels before it is sent with its summary."
     )
+    memory_budget_mib: PositiveInt = Field(
+        256,
+        description="MiB of OTLP data the agent may hold (requests being received, application spans waiting for "
+        "their links, export queues and requests being retried); beyond it the receiver refuses requests "
+        "(HTTP 503, gRPC RESOURCE_EXHAUSTED) and the queues drop their oldest. Read at start; the chart derives "
+        "the pod's memory limit from it.",
+    )
 
 
 @dataclass(frozen=True)

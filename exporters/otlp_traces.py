@@ -4,7 +4,9 @@
 budget), packs the spans ready into requests of at most ``max_spans_per_request`` and queues them
 on an ``OtlpSender`` (bounded, drops oldest with counters, retries with backoff, flushes within the
 shutdown deadline). Spans that applications send to the node's OTLP receiver are forwarded through
-the same queue (``forward``).
+the same queue (``forward``). Both hold their bytes in the agent's one ``ByteBudget`` (the service
+passes it; one of the default size otherwise): the assembler while application requests wait for
+their links, the sender while requests are queued or in flight.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from aaco.agent import __version__
+from aaco.agent.pipeline.budget import DEFAULT_BUDGET_BYTES, ByteBudget
 from aaco.agent.pipeline.schemas import EventBatch
 from aaco.agent.pipeline.stats import EVENTS_DROPPED, EVENTS_RECEIVED, Stats
 
@@ -74,8 +77,10 @@ class OtlpTraceExporter(Exporter):
         transport: Transport | None = None,
         link_window_s: float = 5.0,
         link_mode: str = "links",
+        budget: ByteBudget | None = None,
     ) -> None:
         self.config = config
+        self.budget = budget if budget is not None else ByteBudget(DEFAULT_BUDGET_BYTES, stats)
         self.stats = stats
         self.node = node
         self.target: OtlpTarget | None = resolve(config, "traces", env)
@@ -90,6 +95,7 @@ class OtlpTraceExporter(Exporter):
             config.trace_window_s,
             link_window_s=link_window_s,
             link_mode=link_mode,
+            budget=self.budget,
         )
         self._assembly_lock = threading.Lock()
         self.sender = (
@@ -101,6 +107,7 @@ class OtlpTraceExporter(Exporter):
                 config.retry_max_elapsed_s,
                 rejected_spans,
                 transport,
+                self.budget,
             )
             if self.target is not None
             else None
@@ -144,14 +151,15 @@ class OtlpTraceExporter(Exporter):
             chunk = spans[i : i + step]
             self.sender.enqueue(w.export_trace_request(self._resource, self._scope, chunk), len(chunk))
 
-    def receive_application(self, request: Any, spans: int) -> None:
-        """Spans an application sent to the node's receiver: held for linking, then forwarded upstream."""
+    def receive_application(self, request: Any, spans: int, nbytes: int = 0) -> None:
+        """Spans an application sent to the receiver (``nbytes`` on the wire): held for linking, then forwarded."""
         if self.sender is None:
             return
         from aaco.agent.receivers.otlp import application_spans
 
+        size = nbytes or request.ByteSize()
         with self._assembly_lock:
-            pushed = self.assembler.add_application(request, application_spans(request), spans)
+            pushed = self.assembler.add_application(request, application_spans(request), spans, size)
         self._forward(pushed)
 
     def _forward(self, requests: list[AppRequest]) -> None:

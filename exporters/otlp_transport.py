@@ -4,7 +4,9 @@ Each ``send`` returns a ``SendResult`` saying whether the request went, whether 
 retrying (per the OTLP specification: gRPC UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED, CANCELLED,
 OUT_OF_RANGE, DATA_LOSS, and RESOURCE_EXHAUSTED when the server sent RetryInfo; HTTP 429, 502,
 503, 504 and connection errors), and the delay the server asked for (gRPC ``RetryInfo``, HTTP
-``Retry-After``). Retrying itself is the exporter's job.
+``Retry-After``). Retrying itself is the exporter's job, and so is the deadline: it passes each
+``send`` the time left (gRPC: the call's whole deadline; HTTP: urllib's timeout, per socket operation)
+and ``close`` cancels a gRPC call in flight.
 """
 
 from __future__ import annotations
@@ -96,6 +98,8 @@ class GrpcTransport:
         """Call Export; classify the failure."""
         try:
             response = self._call(payload, timeout=timeout_s, metadata=self._metadata, compression=self._compression)
+        except ValueError as err:  # grpcio's answer for a call on a channel closed by shutdown
+            return SendResult(False, True, None, f"gRPC channel closed: {err}")
         except grpc.RpcError as err:
             code = err.code()  # type: ignore[attr-defined]
             delay = _retry_info(err)
@@ -104,7 +108,7 @@ class GrpcTransport:
         return SendResult(True, response=response or b"")
 
     def close(self) -> None:
-        """Close the channel."""
+        """Close the channel; a call in flight ends at once (CANCELLED)."""
         self._channel.close()
 
 

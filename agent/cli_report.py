@@ -1,0 +1,97 @@
+"""What a finished run tells its user: the summary table, and the data it could not deliver.
+
+``aaco replay`` (and ``aaco run``) send what they read over OTLP when asked to; when an OTLP exporter
+or forwarder dropped some of it (counted in ``aaco_events_dropped_total`` for ``exporter:otlp``,
+``exporter:otlp_metrics`` or ``forward:*``), the run says how many and why, and ``aaco replay`` exits 3.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from rich.console import Console
+from rich.table import Table
+
+from .pipeline.stats import EVENTS_DROPPED, Stats
+from .service import AgentService
+
+OTLP_COMPONENTS = ("exporter:otlp", "forward:")  # exporter:otlp_metrics included
+UNITS = {"exporter:otlp": "span(s)", "exporter:otlp_metrics": "metric point(s)", "forward:logs": "log record(s)"}
+WHY = {
+    "queue_full": "the export queue was full (exporters.otlp.queue_max_spans)",
+    "memory_budget": "over the byte budget (exporters.otlp.memory_budget_mib)",
+    "retries_exhausted": "the upstream failed for exporters.otlp.retry_max_elapsed_s",
+    "rejected": "refused by the upstream",
+    "export_failed": "the export failed",
+    "shutdown": "not sent within pipeline.shutdown_timeout_s",
+}
+
+
+def lost_exports(stats: Stats) -> Counter[tuple[str, str]]:
+    """Items the OTLP exporters and forwarders dropped, by (component, reason)."""
+    out: Counter[tuple[str, str]] = Counter()
+    for p in stats.points():
+        if p.metric is EVENTS_DROPPED and p.value > 0 and p.labels["component"].startswith(OTLP_COMPONENTS):
+            out[(p.labels["component"], p.labels["reason"])] += int(p.value)
+    return out
+
+
+def report_lost(stats: Stats, console: Console) -> bool:
+    """Say what was not delivered over OTLP, with how many and why; True if anything was lost."""
+    lost = lost_exports(stats)
+    for (component, reason), n in sorted(lost.items()):
+        unit = UNITS.get(component, "metric point(s)")
+        console.print(
+            f"[bold red]error:[/] {n} {unit} not delivered over OTLP ({component}): {WHY.get(reason, reason)}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    return bool(lost)
+
+
+def _fmt(v: float | None, scale: float = 1.0, digits: int = 3) -> str:
+    return "-" if v is None else f"{v * scale:.{digits}f}"
+
+
+def summary_table(service: AgentService) -> Table:
+    """The end-of-run summary: latency, throughput, kernels, KAR, launch tax, active ratio per model."""
+    snap = service.final_snapshot
+    table = Table(title="AACO summary", title_justify="left")
+    for col in (
+        "model",
+        "iterations",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "it/s",
+        "kernels/it",
+        "KAR",
+        "launch tax",
+        "device active",
+    ):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    if snap is None:
+        return table
+    doc = snap.to_dict()
+    lat = doc.get("latency", {}).get("models", {})
+    kar = doc.get("kar", {}).get("models", {})
+    launch = doc.get("launch", {}).get("models", {})
+    active = {}
+    for w in doc.get("activity", {}).get("devices", []):
+        active.setdefault(w["run_id"].split(":")[0], []).append(f"{w['device']} {w['active_ratio']:.2f}")
+    for model in sorted(set(lat) | set(kar) | set(launch)):
+        lm, km, la = lat.get(model, {}), kar.get(model, {}), launch.get(model, {})
+        tax = la.get("launch_tax")
+        table.add_row(
+            model,
+            str(lm.get("iterations", "-")),
+            _fmt(lm.get("p50_s"), 1e3),
+            _fmt(lm.get("p95_s"), 1e3),
+            _fmt(lm.get("p99_s"), 1e3),
+            _fmt(lm.get("throughput_per_s"), digits=1),
+            _fmt(km.get("kernels_per_iteration"), digits=1),
+            _fmt(km.get("kar")),
+            "-" if tax is None else f"{tax:.3f} ({la.get('band')})",
+            ", ".join(active.get(model, [])) or "-",
+        )
+    return table

@@ -483,4 +483,11 @@ def test_connections_past_max_workers_are_refused(serve_with):
         assert stats.get(METRICS_SERVER_REFUSED, reason="busy") == 1
         held.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
         assert held.recv(64).startswith(b"HTTP/1.0 200")
-    assert wait_for(lambda: fetch(f"http://127.0.0.1:{exp.port}/healthz")[0] == 200)
+
+    def served_again() -> bool:  # once the worker has let the held connection go
+        try:
+            return fetch(f"http://127.0.0.1:{exp.port}/healthz")[0] == 200
+        except OSError:
+            return False
+
+    assert wait_for(served_again)

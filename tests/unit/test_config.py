@@ -118,7 +118,7 @@ def test_unknown_keys_list_allowed_keys():
     probs = problems(overrides={"bogus": 1, "exporters": {"prometheus": {"prot": 1}}})
     top = next(p for p in probs if p.startswith("bogus:"))
     assert "unknown key" in top
-    assert "allowed: analyzers, exporters, log_level, node, pipeline, receivers, sources" in top
+    assert "allowed: admin, analyzers, exporters, log_level, node, pipeline, receivers, sources" in top
     nested = next(p for p in probs if p.startswith("exporters.prometheus.prot:"))
     assert "allowed: address, enabled, port" in nested
 

@@ -186,8 +186,10 @@ class OtlpMetricsExporter(Exporter):
         node: str,
         env: Mapping[str, str] | None = None,
         interval_s: float = 10.0,
+        exporter: MetricExporter | None = None,
     ) -> None:
         self.stats = stats
+        self._sdk_exporter = exporter  # the SDK's OTLP exporter for the target unless given (tests)
         self.target = resolve(config, "metrics", env)
         self._lock = threading.Lock()
         self._points: dict[MetricDef, list[MetricPoint]] = {}
@@ -202,7 +204,7 @@ class OtlpMetricsExporter(Exporter):
         """Build the meter provider and its periodic reader."""
         if self.target is None:
             return
-        self._exporter = CountedExporter(make_exporter(self.target), self.stats)
+        self._exporter = CountedExporter(self._sdk_exporter or make_exporter(self.target), self.stats)
         reader = PeriodicExportingMetricReader(self._exporter, export_interval_millis=int(self._interval_s * 1000))
         view = View(instrument_name=LATENCY_METRIC, aggregation=ExplicitBucketHistogramAggregation(LATENCY_BUCKETS))
         self._provider = MeterProvider(  # shut down by the agent within its deadline, not again at exit

@@ -1,17 +1,16 @@
 """The Helm chart, rendered by the real Helm (helm-python-sdk) and checked by kubernetes-validate.
 
 Lint clean; renders with its defaults and every ci/*-values.yaml scenario; every manifest validates
-strictly against Kubernetes 1.29 and 1.33 (the Prometheus Operator CRDs aside); the security and
-scheduling properties of issue 9 hold; the ConfigMap holds the given config, and that config
-validates with the agent's own loader and `aaco config check`.
+strictly against Kubernetes 1.29 and 1.33 (the Prometheus Operator CRDs aside); the security
+properties of issue 9 hold; the ConfigMap holds the given config, and that config validates with the
+agent's own loader and `aaco config check`. The pod's scheduling, probes and Services:
+test_helm_pod.py; the guards of issue 14: test_helm_security.py; the real agent: test_helm_agent.py.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -21,14 +20,16 @@ import yaml
 
 from aaco.agent.config import AgentConfig, check_files, load_config
 from aaco.agent.sources import REGISTRY
-from tests.conftest import get_free_port, skip_or_fail
-from tests.integration.helpers import http_get, metric_value, read_lake, start_aaco, wait_for
+from tests.conftest import skip_or_fail
 from tests.support.helm_chart import (
+    ALL_SCENARIOS,
     CHART_DIR,
     KUBE_VERSIONS,
     NAMESPACE,
+    RECEIVER_ON,
     RELEASE,
     SCENARIOS,
+    agent_env,
     helm,
     render,
     scenario_id,
@@ -38,13 +39,6 @@ from tests.support.helm_chart import (
 
 pytestmark = pytest.mark.integration
 
-# The node's OTLP receiver with the upstream it forwards to (the agent refuses one without).
-RECEIVER_ON = {
-    "receivers": {"otlp": {"enabled": True}},
-    "exporters": {"otlp": {"endpoint": "http://gateway.observability:4317"}},
-}
-
-ALL_SCENARIOS = [None, *SCENARIOS]
 ALLOWED_CAPABILITIES = {"BPF", "PERFMON", "SYS_RESOURCE", "SYS_PTRACE", "DAC_READ_SEARCH"}
 CRD_GROUPS = ("monitoring.coreos.com/",)
 # Host paths the agent may write to; every other hostPath is mounted read-only.
@@ -67,11 +61,6 @@ def kubernetes_validate():
 
 def capabilities(rendered) -> set[str]:
     return set(rendered.container["securityContext"]["capabilities"].get("add", []))
-
-
-def agent_env() -> dict[str, str]:
-    """The environment without AACO_* and OTLP overrides (they would change what the config check sees)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(("AACO_", "OTEL_EXPORTER_OTLP_"))}
 
 
 # -- Helm itself ---------------------------------------------------------------------------------
@@ -271,79 +260,6 @@ def test_checksum_annotation_follows_the_config():
     assert changed.daemonset["spec"]["template"]["metadata"]["annotations"]["checksum/config"] != annotation
     other = render({"podAnnotations": {"a": "b"}})
     assert other.daemonset["spec"]["template"]["metadata"]["annotations"]["checksum/config"] == annotation
-
-
-def _host_paths_here(config: dict[str, Any], tmp_path: Path, samples: Path) -> dict[str, Any]:
-    """The rendered config with the container's host mounts pointed at stand-ins on this machine.
-
-    /host/sys becomes the real amdgpu sysfs sample tree; the kubelet socket a path with no kubelet
-    (the agent then runs without per-pod labels, as on a node without the pod-resources API); the
-    trace spool a temporary directory.
-    """
-    from aaco.agent.sources.smi import ttar
-
-    sysfs = tmp_path / "sysfs"
-    ttar.unpack(ttar.read((samples / "sysfs" / "amdgpu_card0.ttar").read_text()), sysfs)
-    (drm,) = [p for p in sysfs.rglob("drm") if p.parent.name == "class"]
-    for src in config["sources"]:
-        if src["type"] == "smi":
-            assert src["sysfs_root"] == "/host/sys"
-            src["sysfs_root"] = str(drm.parent.parent)
-            src["kubelet_socket"] = str(tmp_path / "no-kubelet" / "kubelet.sock")
-        if src["type"] == "trace_dir":
-            assert src["path"] == "/var/spool/aaco"
-            src["path"] = str(tmp_path / "spool")
-    return config
-
-
-def test_the_agent_runs_with_the_rendered_config_and_answers_the_chart_probes(
-    tmp_path: Path, aaco_bin: str, samples: Path
-):
-    """The real agent, started with the chart's config and arguments, serves the chart's probe paths."""
-    rendered = render({})
-    config = _host_paths_here(yaml.safe_load(rendered.config_text()), tmp_path, samples)
-    path = _write(yaml.safe_dump(config), tmp_path)
-    args = rendered.container["args"]
-    assert args[:2] == ["agent", "--config"]
-    port = get_free_port()
-    # Container-only values moved to this machine: loopback, a free port, a temp lake; the rest as rendered.
-    env = {
-        **agent_env(),
-        "NODE_NAME": "ci-node",
-        "AACO_EXPORTERS_PROMETHEUS_ADDRESS": "127.0.0.1",
-        "AACO_EXPORTERS_PROMETHEUS_PORT": str(port),
-        "AACO_EXPORTERS_LAKE_PATH": str(tmp_path / "lake"),
-        "AACO_RECEIVERS_OTLP_ADDRESS": "127.0.0.1",
-        "AACO_RECEIVERS_OTLP_GRPC_PORT": "0",
-        "AACO_RECEIVERS_OTLP_HTTP_PORT": "0",
-    }
-    proc = start_aaco(aaco_bin, "agent", "--config", str(path), *args[3:], log=tmp_path / "agent.log", env=env)
-    try:
-        c = rendered.container
-        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-            url = f"http://127.0.0.1:{port}{c[probe]['httpGet']['path']}"
-            wait_for(lambda u=url: http_get(u)[0] == 200, timeout=60, what=f"{probe} {url}")
-        # A workload drops a real trace into the spool: the chart's trace_dir source ingests it.
-        shutil.copy(samples / "kineto" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz", tmp_path / "spool")
-        # The GPU of the sample tree is seen through the chart's smi source.
-        wait_for(
-            lambda: "aaco_gpu_" in http_get(f"http://127.0.0.1:{port}/metrics")[1],
-            timeout=60,
-            what="GPU metrics from the smi source",
-        )
-        wait_for(
-            lambda: (
-                metric_value(http_get(f"http://127.0.0.1:{port}/metrics")[1], "aaco_kernels_total", kind="kernel") == 14
-            ),
-            timeout=60,
-            what="the spool's kernels through the trace_dir source",
-        )
-    finally:
-        proc.terminate()
-        assert proc.wait(timeout=30) == 0, (tmp_path / "agent.log").read_text()[-2000:]
-    # Flushed on SIGTERM: the sample's 14 kernels and 2 copies, once, in the lake on the state volume.
-    kernels = read_lake(tmp_path / "lake", "kernels").to_pydict()
-    assert sorted(kernels["kind"]) == ["kernel"] * 14 + ["memcpy"] * 2
 
 
 # -- Security ------------------------------------------------------------------------------------
@@ -568,108 +484,3 @@ def test_non_root_without_capabilities_is_allowed():
     rendered = render({**values, "runAsUser": 10001, "runAsGroup": 10001})
     sc = rendered.container["securityContext"]
     assert sc["runAsUser"] == 10001 and sc["runAsNonRoot"] is True
-
-
-# -- Scheduling, probes, resources, services ----------------------------------------------------
-
-
-def test_scheduling_on_gpu_nodes():
-    rendered = render({})
-    pod, ds = rendered.pod, rendered.daemonset
-    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    keys = {e["key"] for t in terms for e in t["matchExpressions"]}
-    assert {"nvidia.com/gpu.present", "feature.node.kubernetes.io/amd-gpu"} <= keys
-    assert {"feature.node.kubernetes.io/pci-10de.present", "feature.node.kubernetes.io/pci-1002.present"} <= keys
-    tolerated = {(t["key"], t["effect"]) for t in pod["tolerations"]}
-    assert {("nvidia.com/gpu", "NoSchedule"), ("amd.com/gpu", "NoSchedule")} <= tolerated
-    assert pod["priorityClassName"] == "system-node-critical"
-    assert ds["spec"]["updateStrategy"]["type"] == "RollingUpdate"
-    assert ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == "10%"
-
-
-def test_scheduling_is_overridable():
-    custom = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["gpu"]}]}
-    ]}}}  # fmt: skip
-    rendered = render({"affinity": custom, "nodeSelector": {"gpu": "mi300"}, "tolerations": []})
-    assert rendered.pod["affinity"] == custom
-    assert rendered.pod["nodeSelector"] == {"gpu": "mi300"}
-    assert "tolerations" not in rendered.pod
-    assert "affinity" not in render({"gpuNodeAffinity": {"enabled": False}}).pod
-    nvidia = render(scenario_values(CHART_DIR / "ci" / "nvidia-values.yaml"))
-    assert nvidia.pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
-    assert "affinity" not in nvidia.pod
-
-
-def test_probes_and_resources(scenario: Path | None):
-    rendered = render(scenario_values(scenario))
-    c = rendered.container
-    port = yaml.safe_load(rendered.config_text())["exporters"]["prometheus"]["port"]
-    (metrics,) = [p for p in c["ports"] if p["name"] == "metrics"]
-    assert metrics["containerPort"] == port
-    scheme = "HTTPS" if rendered.values["metrics"]["tls"]["enabled"] else "HTTP"
-    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics", "scheme": scheme}
-    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics", "scheme": scheme}
-    assert c["startupProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics", "scheme": scheme}
-    for kind in ("requests", "limits"):
-        assert {"cpu", "memory"} <= set(c["resources"][kind]), kind
-    assert c["args"] == ["agent", "--config", "/etc/aaco/config/config.yaml"]
-
-
-def test_ports_follow_the_config():
-    config = {
-        "exporters": {"prometheus": {"port": 9500}, "otlp": {"endpoint": "http://gw:4317"}},
-        "receivers": {"otlp": {"enabled": True, "grpc_port": 14317}},
-    }
-    rendered = render({"config": config, "receiver": {"hostPort": {"enabled": True}}})
-    ports = {p["name"]: p for p in rendered.container["ports"]}
-    assert ports["metrics"]["containerPort"] == 9500
-    assert ports["otlp-grpc"]["containerPort"] == ports["otlp-grpc"]["hostPort"] == 14317
-    assert ports["otlp-http"]["hostPort"] == 4318
-    metrics = rendered.one("Service", f"{RELEASE}-metrics")
-    assert metrics["spec"]["ports"][0]["port"] == 9500
-    assert metrics["spec"]["clusterIP"] == "None"
-
-
-def test_otlp_receiver_service_is_node_local():
-    rendered = render({"config": RECEIVER_ON})
-    otlp = rendered.one("Service", f"{RELEASE}-otlp")
-    assert otlp["spec"]["internalTrafficPolicy"] == "Local"
-    assert {(p["name"], p["port"]) for p in otlp["spec"]["ports"]} == {("otlp-grpc", 4317), ("otlp-http", 4318)}
-    assert all("hostPort" not in p for p in rendered.container["ports"])
-    off = render({})  # the default: no upstream, so no receiver
-    assert [s["metadata"]["name"] for s in off.all("Service")] == [f"{RELEASE}-metrics"]
-    assert {p["name"] for p in off.container["ports"]} == {"metrics"}
-
-
-def test_service_monitor_selects_the_metrics_service():
-    rendered = render({"config": RECEIVER_ON, "serviceMonitor": {"enabled": True, "labels": {"release": "kps"}}})
-    sm = rendered.one("ServiceMonitor")
-    assert sm["metadata"]["labels"]["release"] == "kps"
-    selector = sm["spec"]["selector"]["matchLabels"]
-    metrics = rendered.one("Service", f"{RELEASE}-metrics")
-    otlp = rendered.one("Service", f"{RELEASE}-otlp")
-    assert selector.items() <= metrics["metadata"]["labels"].items()
-    assert not selector.items() <= otlp["metadata"]["labels"].items()
-    (endpoint,) = sm["spec"]["endpoints"]
-    assert endpoint["port"] in {p["name"] for p in metrics["spec"]["ports"]}
-    assert endpoint["path"] == "/metrics" and endpoint["honorLabels"] is True
-    assert sm["spec"]["namespaceSelector"]["matchNames"] == [NAMESPACE]
-    assert render({}).all("ServiceMonitor") == []
-
-
-def test_rbac_only_when_asked():
-    rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
-    rendered = render({"rbac": {"extraRules": rules}})
-    assert rendered.one("ClusterRole")["rules"] == rules
-    binding = rendered.one("ClusterRoleBinding")
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": RELEASE, "namespace": NAMESPACE}]
-    assert rendered.pod["automountServiceAccountToken"] is True
-
-
-def test_notes_render():
-    rendered = render({"config": RECEIVER_ON, "receiver": {"hostPort": {"enabled": True}}})
-    notes = rendered.texts["aaco/templates/NOTES.txt"]
-    assert f"{RELEASE}-otlp.{NAMESPACE}.svc:4317" in notes
-    assert "HOST_IP" in notes
-    assert "docs/deploy.md" in notes

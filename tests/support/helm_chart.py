@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import importlib.util
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,13 @@ RELEASE = "aaco"
 NAMESPACE = "aaco-system"
 KUBE_VERSIONS = ("1.29.0", "1.33.0")
 SCENARIOS = sorted(CHART_DIR.glob("ci/*-values.yaml"))
+ALL_SCENARIOS = [None, *SCENARIOS]  # None: the chart's defaults
+SECURE = CHART_DIR / "ci" / "secure-values.yaml"  # every guard of issue 14 on
+# The node's OTLP receiver with the upstream it forwards to (the agent refuses one without).
+RECEIVER_ON = {
+    "receivers": {"otlp": {"enabled": True}},
+    "exporters": {"otlp": {"endpoint": "http://gateway.observability:4317"}},
+}
 
 
 def helm() -> ModuleType:
@@ -154,3 +163,83 @@ def render(
             if doc:
                 docs.append((template, doc))
     return Rendered(texts=texts, docs=docs, values=merged)
+
+
+def host_paths_here(config: dict[str, Any], tmp_path: Path, samples: Path) -> dict[str, Any]:
+    """The rendered config with the container's host mounts pointed at stand-ins on this machine.
+
+    /host/sys becomes the real amdgpu sysfs sample tree; the kubelet socket a path with no kubelet
+    (the agent then runs without per-pod labels, as on a node without the pod-resources API); the
+    trace spool and the capture directory temporary directories.
+    """
+    from aaco.agent.sources.smi import ttar
+
+    sysfs = tmp_path / "sysfs"
+    ttar.unpack(ttar.read((samples / "sysfs" / "amdgpu_card0.ttar").read_text()), sysfs)
+    (drm,) = [p for p in sysfs.rglob("drm") if p.parent.name == "class"]
+    for src in config["sources"]:
+        if src["type"] == "smi":
+            assert src["sysfs_root"] == "/host/sys"
+            src["sysfs_root"] = str(drm.parent.parent)
+            src["kubelet_socket"] = str(tmp_path / "no-kubelet" / "kubelet.sock")
+        if src["type"] == "trace_dir":
+            assert src["path"] == "/var/spool/aaco"
+            src["path"] = str(tmp_path / "spool")
+        if src["type"] == "capture":
+            src["out_dir"] = str(tmp_path / "captures")
+    return config
+
+
+def agent_env() -> dict[str, str]:
+    """The environment without AACO_* and OTLP overrides (they would change what the config check sees)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("AACO_", "OTEL_EXPORTER_OTLP_"))}
+
+
+def helm_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Maps merged key by key, as Helm merges values files (lists and scalars replaced)."""
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = helm_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def secret_data(rendered: Rendered, name: str) -> dict[str, bytes]:
+    """The decoded data of the Secret ``name`` the chart rendered."""
+    return {k: base64.b64decode(v) for k, v in rendered.one("Secret", name)["data"].items()}
+
+
+def secret_mounts(rendered: Rendered) -> dict[str, dict[str, Any]]:
+    """Mount path -> {mount, volume} of the agent container's Secret volumes."""
+    return {path: m for path, m in rendered.mounts().items() if "secret" in m["volume"]}
+
+
+def materialise(rendered: Rendered, root: Path, existing: dict[str, dict[str, bytes]]) -> dict[str, str]:
+    """Write every Secret volume of the pod under ``root`` as the kubelet would (items, defaultMode).
+
+    The chart's own Secrets come from the render, ``existing`` holds the ones the values name. Returns
+    container path -> path here, for the files whose paths the config and the web-config file name.
+    """
+    moved = {}
+    for path, m in secret_mounts(rendered).items():
+        spec = m["volume"]["secret"]
+        name = spec["secretName"]
+        data = existing[name] if name in existing else secret_data(rendered, name)
+        items = spec.get("items") or [{"key": k, "path": k} for k in data]
+        here = root / path.lstrip("/")
+        here.mkdir(parents=True)
+        for item in items:
+            target = here / item["path"]
+            target.write_bytes(data[item["key"]])
+            target.chmod(spec["defaultMode"])
+        moved[path] = str(here)
+    return moved
+
+
+def moved_text(text: str, moved: dict[str, str]) -> str:
+    """``text`` with each container path replaced by where it lies here."""
+    for container_path, here in moved.items():
+        text = text.replace(container_path + "/", here + "/")
+    return text

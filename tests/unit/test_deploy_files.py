@@ -17,6 +17,8 @@ GATEWAY = ROOT / "deploy" / "collector" / "gateway.yaml"
 COLLECTOR_README = ROOT / "deploy" / "collector" / "README.md"
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
 DEPLOY_DOC = ROOT / "docs" / "deploy.md"
+SECURITY_DOC = ROOT / "docs" / "security.md"
+CHART_VALUES = ROOT / "deploy" / "helm" / "aaco" / "values.yaml"
 
 # Component types of otel/opentelemetry-collector-contrib 0.156.0 that the gateway may use (their
 # current lower_snake_case names; README.md lists the deprecated aliases).
@@ -138,3 +140,19 @@ def test_deploy_doc_covers_install_upgrade_values_troubleshooting():
         for part in path.split("."):
             assert isinstance(node, dict) and part in node, path
             node = node[part]
+
+
+def test_security_doc_covers_every_door_and_the_chart_formula():
+    doc = SECURITY_DOC.read_text()
+    headings = re.findall(r"^## (.+)$", doc, re.MULTILINE)
+    assert headings == ["Threat model", "OTLP receiver", "/metrics", "Admin actions", "Files", "Memory", "Chart"]
+    sections = dict(zip(headings, re.split(r"^## .+$", doc, flags=re.MULTILINE)[1:], strict=True))
+    assert all(text.strip() for text in sections.values()), "no section left empty"
+    values = yaml.safe_load(CHART_VALUES.read_text())
+    base, budget = values["memoryLimit"]["baseMiB"], values["config"]["exporters"]["otlp"]["memory_budget_mib"]
+    memory = sections["Memory"]
+    assert "memoryLimit.baseMiB + 2 x config.exporters.otlp.memory_budget_mib" in memory
+    assert f"{base} Mi + 2 x {budget} Mi = {base + 2 * budget} Mi" in memory, "the worked example follows values.yaml"
+    assert "memoryLimit.baseMiB + 2 x config.exporters.otlp.memory_budget_mib" in CHART_VALUES.read_text()
+    for secret_value in ("admin.existingSecret", "metrics.tls.existingSecret", "receiver.tls.existingSecret"):
+        assert secret_value in sections["Chart"], secret_value

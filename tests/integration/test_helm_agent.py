@@ -32,7 +32,7 @@ from tests.support.helm_chart import (
     scenario_values,
     secret_data,
 )
-from tests.unit.test_web_config import Pki, basic, make_pki
+from tests.support.pki import Pki, basic, make_pki
 
 pytestmark = pytest.mark.integration
 

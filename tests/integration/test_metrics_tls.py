@@ -21,8 +21,8 @@ import yaml
 from aaco.agent.pipeline.stats import Stats
 from aaco.exporters.prometheus import PrometheusConfig, PrometheusExporter
 from tests.conftest import get_free_port, skip_or_fail
+from tests.support.pki import make_pki
 from tests.support.prometheus_stack import PROMETHEUS_NAMES, Server, find, http_json, instant_query
-from tests.unit.test_web_config import make_pki
 
 pytestmark = pytest.mark.integration
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import http.client
 import os
-import shutil
 import ssl
-import subprocess
 import time
 from pathlib import Path
 
@@ -25,42 +23,23 @@ from aaco.agent.receivers.config import OtlpReceiverConfig
 from aaco.agent.receivers.http_wire import RECEIVER_CONNECTIONS
 from aaco.agent.receivers.otlp import OtlpReceiver
 from aaco.agent.service import AgentService
-from tests.conftest import get_free_port, skip_or_fail
+from tests.conftest import get_free_port
 from tests.support.otlp_receivers import GrpcReceiver
+from tests.support.pki import Pki, make_pki
 
 pytestmark = pytest.mark.integration
 
 TRACES = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
-def _signed(name: str, cn: str, ext: str, cwd: Path) -> None:
-    _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", f"{name}.key",
-             "-out", f"{name}.csr", "-subj", f"/CN={cn}", cwd=cwd)  # fmt: skip
-    (cwd / f"{name}.ext").write_text(ext)
-    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-             "-out", f"{name}.pem", "-days", "1", "-extfile", f"{name}.ext", cwd=cwd)  # fmt: skip
-
-
 @pytest.fixture
-def pki(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def pki(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pki:
     """A throwaway CA, a server certificate for localhost/127.0.0.1 and a client certificate (never committed)."""
     # requests lets these variables override a session's own CA file, which the SDK's certificate_file sets
     # (psf/requests#3829): without them the exporter trusts the file it is given.
     monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
     monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
-    if shutil.which("openssl") is None:
-        skip_or_fail("the openssl command is needed to make test certificates")
-    d = tmp_path / "pki"
-    d.mkdir()
-    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-             "-keyout", "ca.key", "-out", "ca.pem", "-days", "1", "-subj", "/CN=aaco-test-ca", cwd=d)  # fmt: skip
-    _signed("server", "localhost", "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n", d)
-    _signed("client", "inference-api", "extendedKeyUsage=clientAuth\n", d)
-    return d
+    return make_pki(tmp_path / "pki")
 
 
 def agent(tmp_path: Path, upstream_port: int, tls: dict, grpc_port: int, http_port: int) -> AgentService:
@@ -107,13 +86,13 @@ def wait_for(cond, timeout_s: float = 20.0) -> None:
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_sdk_spans_over_tls_arrive_upstream(tmp_path, pki, protocol):
     grpc_port, http_port = get_free_port(), get_free_port()
-    tls = {"cert_file": str(pki / "server.pem"), "key_file": str(pki / "server.key")}
+    tls = {"cert_file": str(pki.server_cert), "key_file": str(pki.server_key)}
     exporter = (
         GrpcSpanExporter(
-            endpoint=f"localhost:{grpc_port}", credentials=grpc.ssl_channel_credentials((pki / "ca.pem").read_bytes())
+            endpoint=f"localhost:{grpc_port}", credentials=grpc.ssl_channel_credentials((pki.ca).read_bytes())
         )
         if protocol == "grpc"
-        else HttpSpanExporter(endpoint=f"https://localhost:{http_port}/v1/traces", certificate_file=str(pki / "ca.pem"))
+        else HttpSpanExporter(endpoint=f"https://localhost:{http_port}/v1/traces", certificate_file=str(pki.ca))
     )
     with GrpcReceiver() as upstream:
         svc = agent(tmp_path, upstream.port, tls, grpc_port, http_port)
@@ -127,11 +106,8 @@ def test_sdk_spans_over_tls_arrive_upstream(tmp_path, pki, protocol):
 
 def test_client_certificates_are_required_when_a_client_ca_is_set(tmp_path, pki):
     grpc_port, http_port = get_free_port(), get_free_port()
-    tls = {
-        k: str(pki / f)
-        for k, f in (("cert_file", "server.pem"), ("key_file", "server.key"), ("client_ca_file", "ca.pem"))
-    }
-    ca = (pki / "ca.pem").read_bytes()
+    tls = {"cert_file": str(pki.server_cert), "key_file": str(pki.server_key), "client_ca_file": str(pki.ca)}
+    ca = pki.ca.read_bytes()
     with GrpcReceiver() as upstream:
         svc = agent(tmp_path, upstream.port, tls, grpc_port, http_port)
         svc.start()
@@ -139,15 +115,13 @@ def test_client_certificates_are_required_when_a_client_ca_is_set(tmp_path, pki)
             send_span(
                 HttpSpanExporter(
                     endpoint=f"https://localhost:{http_port}/v1/traces",
-                    certificate_file=str(pki / "ca.pem"),
-                    client_certificate_file=str(pki / "client.pem"),
-                    client_key_file=str(pki / "client.key"),
+                    certificate_file=str(pki.ca),
+                    client_certificate_file=str(pki.client_cert),
+                    client_key_file=str(pki.client_key),
                 ),
                 "with a client certificate",
             )
-            mutual = grpc.ssl_channel_credentials(
-                ca, (pki / "client.key").read_bytes(), (pki / "client.pem").read_bytes()
-            )
+            mutual = grpc.ssl_channel_credentials(ca, (pki.client_key).read_bytes(), (pki.client_cert).read_bytes())
             with grpc.secure_channel(f"localhost:{grpc_port}", mutual) as channel:
                 channel.unary_unary(TRACES)(b"", timeout=10)  # accepted
             with grpc.secure_channel(f"localhost:{grpc_port}", grpc.ssl_channel_credentials(ca)) as channel:
@@ -155,7 +129,7 @@ def test_client_certificates_are_required_when_a_client_ca_is_set(tmp_path, pki)
                     channel.unary_unary(TRACES)(b"", timeout=10)
                 assert err.value.code() == grpc.StatusCode.UNAVAILABLE
             https = http.client.HTTPSConnection(
-                "localhost", http_port, timeout=10, context=ssl.create_default_context(cafile=str(pki / "ca.pem"))
+                "localhost", http_port, timeout=10, context=ssl.create_default_context(cafile=str(pki.ca))
             )
             with pytest.raises((ssl.SSLError, ConnectionError)):
                 https.request("POST", "/v1/traces", b"", {"Content-Type": "application/x-protobuf"})
@@ -169,8 +143,8 @@ def test_client_certificates_are_required_when_a_client_ca_is_set(tmp_path, pki)
 
 @pytest.mark.parametrize("missing", ["cert_file", "key_file", "client_ca_file"])
 def test_a_tls_file_that_cannot_be_read_names_the_file_and_the_setting(pki, missing):
-    tls = {"cert_file": pki / "server.pem", "key_file": pki / "server.key", "client_ca_file": pki / "ca.pem"}
-    tls[missing] = pki / "nope.pem"
+    tls = {"cert_file": pki.server_cert, "key_file": pki.server_key, "client_ca_file": pki.ca}
+    tls[missing] = pki.ca.with_name("nope.pem")
     config = OtlpReceiverConfig(enabled=True, grpc_port=0, http_port=0, tls=tls)
     rx = OtlpReceiver(config, Stats(), {}, None, None, None)
     with pytest.raises(AacoError, match=f"receivers.otlp.tls.{missing}") as err:

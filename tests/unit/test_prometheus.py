@@ -27,9 +27,10 @@ from aaco.analyzers.latency import ITERATION_LATENCY, LatencyAnalyzer
 from aaco.exporters.base import ExportResult
 from aaco.exporters.prometheus import METRICS_SERVER_REFUSED, PrometheusConfig, PrometheusExporter, render
 from aaco.exporters.web_config import WEB_CONFIG_RELOADS
+from tests.support.pki import Pki, basic, bcrypt_hash, issue, make_ca, make_pki
 
 from .builders import NODE, item, iterations
-from .test_web_config import Pki, basic, bcrypt_hash, bump, issue, make_ca, make_pki, write
+from .test_web_config import bump, write
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
 

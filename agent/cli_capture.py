@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import ssl
 import urllib.parse
 from pathlib import Path
 from typing import Annotated
@@ -46,6 +47,10 @@ def capture(
             help="Ask over the agent's admin.socket instead (no token: your uid is checked).",
         ),
     ] = None,
+    cacert: Annotated[
+        Path | None,
+        typer.Option("--cacert", help="CA certificate that signed the agent's TLS certificate (an https --agent)."),
+    ] = None,
 ) -> None:
     """Queue a capture of PID on the running agent (its `capture` source runs the profiler and ingests the result)."""
     query = {"pid": str(pid), **({"source": source} if source else {})}
@@ -56,7 +61,7 @@ def capture(
         if socket_path is not None:
             conn: http.client.HTTPConnection = UnixHTTPConnection(socket_path, timeout=TIMEOUT_S)
         else:
-            conn = _tcp(agent)
+            conn = _tcp(agent, cacert)
             headers["Authorization"] = f"Bearer {read_token(token_file)}"
         try:
             conn.request("POST", target, headers=headers)
@@ -79,12 +84,17 @@ def capture(
     out_console.print(f"queued a capture of pid {doc['pid']} on source {doc['source']}", highlight=False)
 
 
-def _tcp(agent: str) -> http.client.HTTPConnection:
+def _tcp(agent: str, cacert: Path | None) -> http.client.HTTPConnection:
     url = urllib.parse.urlsplit(agent if "://" in agent else f"http://{agent}")
     if url.scheme not in ("http", "https") or not url.hostname:
         raise AacoError("expected http://HOST:PORT or https://HOST:PORT", subject="--agent")
-    cls = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
-    return cls(url.hostname, url.port, timeout=TIMEOUT_S)
+    if url.scheme == "http":
+        return http.client.HTTPConnection(url.hostname, url.port, timeout=TIMEOUT_S)
+    try:
+        context = ssl.create_default_context(cafile=cacert)
+    except (OSError, ssl.SSLError) as exc:
+        raise AacoError(f"cannot read the CA certificate: {exc}", subject=str(cacert), hint="check --cacert") from exc
+    return http.client.HTTPSConnection(url.hostname, url.port, timeout=TIMEOUT_S, context=context)
 
 
 def _no_agent(agent: str, exc: Exception) -> typer.Exit:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import subprocess
 import time
 from collections import Counter
@@ -216,3 +217,42 @@ def test_bad_endpoint_is_one_clear_error(tmp_path, aaco_bin, samples):
     )
     assert proc.returncode == 2
     assert "bad OTLP endpoint" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_replay_exits_3_when_spans_it_was_asked_to_send_were_dropped(tmp_path, aaco_bin, samples):
+    """Upstream down: the replay ends by its shutdown deadline, says how many were lost and why, and exits 3."""
+    proc = run_aaco(
+        aaco_bin,
+        "replay",
+        str(samples / "kineto" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"),
+        "--out",
+        str(tmp_path / "D"),
+        "--otlp-endpoint",
+        f"http://127.0.0.1:{get_free_port()}",
+        timeout=120,
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert "34 span(s) not delivered over OTLP (exporter:otlp): not sent within pipeline.shutdown_timeout_s" in (
+        proc.stderr
+    )
+    assert "metric point(s) not delivered over OTLP (exporter:otlp_metrics)" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "AACO summary" in proc.stdout  # the replay itself went through
+
+
+def test_replay_with_damaged_input_and_lost_spans_exits_2_and_says_both(tmp_path, aaco_bin, samples):
+    whole = gzip.decompress((samples / "kineto" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz").read_bytes())
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(whole[: len(whole) * 2 // 3])
+    proc = run_aaco(
+        aaco_bin,
+        "replay",
+        str(cut),
+        "--out",
+        str(tmp_path / "D"),
+        "--otlp-endpoint",
+        f"http://127.0.0.1:{get_free_port()}",
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "truncated JSON" in proc.stderr and "span(s) not delivered over OTLP" in proc.stderr

@@ -170,3 +170,61 @@ def test_a_crashed_source_is_restarted_and_reported_down_until_then(tmp_path, mo
         assert [p.reason for p in svc.problems] == ["crash"]
     finally:
         svc.shutdown()
+
+
+def test_forwarders_are_labelled_by_signal_and_closed_within_the_deadline(tmp_path, caplog):
+    """Metrics forwarded to an upstream that accepts and never answers: shutdown keeps its deadline, counts them."""
+    import socket
+    import urllib.request
+
+    from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
+
+    from aaco.agent.pipeline.stats import EVENTS_DROPPED, QUEUE_CAPACITY
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)
+    cfg = load_config(
+        None,
+        {
+            "node": "n1",
+            "sources": [],
+            "exporters": {
+                "prometheus": {"enabled": False},
+                "lake": {"path": str(tmp_path / "lake")},
+                "otlp": {"endpoint": f"http://127.0.0.1:{silent.getsockname()[1]}", "metrics_interval_s": 3600},
+            },
+            "receivers": {"otlp": {"enabled": True, "grpc_port": 0, "http_port": 0}},
+        },
+        env={},
+    )
+    svc = AgentService(cfg)
+    try:
+        svc.start()
+        for kind in ("metrics", "logs"):
+            assert svc.stats.get(QUEUE_CAPACITY, queue=f"forward:{kind}") > 0  # labelled by signal
+        req = metrics_service_pb2.ExportMetricsServiceRequest()
+        metric = req.resource_metrics.add().scope_metrics.add().metrics.add()
+        metric.name = "app.requests"
+        for i in range(3):
+            metric.gauge.data_points.add().as_int = i
+        for _ in range(2):
+            post = urllib.request.Request(
+                f"http://127.0.0.1:{svc.receiver.http_port}/v1/metrics",
+                data=req.SerializeToString(),
+                headers={"Content-Type": "application/x-protobuf"},
+            )
+            with urllib.request.urlopen(post, timeout=10) as resp:
+                assert resp.status == 200
+        assert svc.budget.held_by("forward:metrics") > 0  # queued or in flight: held in the agent's budget
+        started = time.monotonic()
+        with caplog.at_level("WARNING", logger="aaco.service"):
+            svc.shutdown(timeout_s=2.0)
+        assert time.monotonic() - started < 2.0 + 5  # the deadline plus a fixed slack, not the 10 s send timeout
+    finally:
+        svc.shutdown()
+        silent.close()
+    assert svc.stats.get(EVENTS_DROPPED, component="forward:metrics", reason="shutdown") == 6
+    assert svc.budget.held == 0
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("shutdown: not sent")]
+    assert "forward:metrics 6" in line

@@ -353,11 +353,24 @@ def agent(
     ] = None,
     lake: Annotated[Path | None, typer.Option("--lake", help="Override exporters.lake.path.")] = None,
     log_level: Annotated[str | None, typer.Option("--log-level", help="Override log_level.")] = None,
+    web_config_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--web-config-file",
+            help="Override exporters.prometheus.web_config_file: a Prometheus web-config file "
+            "(TLS, basic auth), as node-exporter's --web.config.file.",
+        ),
+    ] = None,
 ) -> None:
     """Run the long-lived agent (DaemonSet mode) until SIGTERM/SIGINT; SIGHUP reloads the config file."""
     overrides: dict[str, Any] = {}
+    prometheus: dict[str, Any] = {}
     if metrics_port is not None:
-        overrides.setdefault("exporters", {})["prometheus"] = {"port": metrics_port, "enabled": True}
+        prometheus.update(port=metrics_port, enabled=True)
+    if web_config_file is not None:
+        prometheus["web_config_file"] = str(web_config_file)
+    if prometheus:
+        overrides.setdefault("exporters", {})["prometheus"] = prometheus
     if lake is not None:
         overrides.setdefault("exporters", {})["lake"] = {"path": str(lake)}
     if log_level is not None:

@@ -1,4 +1,4 @@
-"""``aaco capture`` to an agent whose metrics port serves TLS (a web-config file): ``--cacert`` trusts its CA."""
+"""``aaco capture`` to an agent whose metrics port serves TLS (``--web-config-file``): ``--cacert`` trusts its CA."""
 
 from __future__ import annotations
 
@@ -44,13 +44,15 @@ def test_capture_over_https_with_the_agents_ca(tmp_path, samples, aaco_bin, slee
                 ],
                 "admin": {"token_file": str(token_file)},
                 "exporters": {
-                    "prometheus": {"port": port, "web_config_file": str(web)},
+                    "prometheus": {"port": port},
                     "lake": {"path": str(tmp_path / "lake")},
                 },
             }
         )
     )
-    agent = start_aaco(aaco_bin, "agent", "--config", str(cfg), log=tmp_path / "agent.log")
+    agent = start_aaco(
+        aaco_bin, "agent", "--config", str(cfg), "--web-config-file", str(web), log=tmp_path / "agent.log"
+    )
     base = f"https://127.0.0.1:{port}"
     context = ssl.create_default_context(cafile=str(pki.ca))
 

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.integration
 CLIENTS = 4
 FLOOD_S = 20.0
 DEADLINE_S = 10.0  # pipeline.shutdown_timeout_s (the default, set explicitly)
-SLACK_S = 5.0
+SLACK_S = 5.0  # for a loaded machine: the agent aims at the deadline itself (the test prints what it took)
 MIB = 1024 * 1024
 
 
@@ -137,6 +137,7 @@ receivers:
             proc.kill()
             proc.wait(10)
     text = log.read_text()
+    print(f"flood: RSS growth {growth_mib:.0f} MiB, requests {dict(outcomes)}, SIGTERM to exit {took:.1f} s")
     assert took < DEADLINE_S + SLACK_S, f"SIGTERM took {took:.1f}s against a {DEADLINE_S:.0f}s deadline"
     assert rc == 0
     assert "Traceback" not in text
@@ -193,6 +194,7 @@ receivers:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+    print(f"silent upstream: SIGTERM to exit {took:.1f} s")
     assert took < DEADLINE_S + SLACK_S, f"SIGTERM took {took:.1f}s against a {DEADLINE_S:.0f}s deadline"
     assert rc == 0
     line = next(line for line in log.read_text().splitlines() if "shutdown: not sent within" in line)

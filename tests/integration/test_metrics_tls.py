@@ -9,7 +9,6 @@ target down, with the reason Prometheus gives.
 
 from __future__ import annotations
 
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -20,9 +19,17 @@ import yaml
 
 from aaco.agent.pipeline.stats import Stats
 from aaco.exporters.prometheus import PrometheusConfig, PrometheusExporter
-from tests.conftest import get_free_port, skip_or_fail
+from tests.conftest import skip_or_fail
 from tests.support.pki import make_pki
-from tests.support.prometheus_stack import PROMETHEUS_NAMES, Server, find, http_json, instant_query
+from tests.support.prometheus_stack import (
+    PROMETHEUS_NAMES,
+    ScrapeJob,
+    Server,
+    find,
+    http_json,
+    instant_query,
+    start_prometheus,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -37,45 +44,9 @@ class _Health:
         return True, "ready"
 
 
-def _job(name: str, port: int, tls: dict[str, str], password: str) -> dict[str, Any]:
-    return {
-        "job_name": name,
-        "scheme": "https",
-        "tls_config": tls,
-        "basic_auth": {"username": "prometheus", "password": password},
-        "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
-    }
-
-
-def _start_prometheus(workdir: Path, jobs: list[dict[str, Any]]) -> Server:
-    binary = find(PROMETHEUS_NAMES)
-    assert binary
-    workdir.mkdir(parents=True, exist_ok=True)
-    config = workdir / "prometheus.yml"
-    config.write_text(
-        yaml.safe_dump(
-            {"global": {"scrape_interval": "1s", "scrape_timeout": "1s"}, "scrape_configs": jobs},
-        )
-    )
-    port = get_free_port()
-    log = workdir / "prometheus.log"
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    server = Server("prometheus", proc, f"http://127.0.0.1:{port}", log)
-    try:
-        server.wait_ready()
-    except BaseException:
-        server.stop()
-        raise
-    return server
+def _job(name: str, port: int, tls: dict[str, str], password: str) -> ScrapeJob:
+    settings = {"scheme": "https", "tls_config": tls, "basic_auth": {"username": "prometheus", "password": password}}
+    return ScrapeJob(name, [f"127.0.0.1:{port}"], settings=settings)
 
 
 def _targets(prom: Server) -> dict[str, dict[str, Any]]:
@@ -111,7 +82,7 @@ def test_prometheus_scrapes_metrics_over_tls_with_basic_auth(tmp_path: Path):
     prom: Server | None = None
     try:
         tls = {"ca_file": str(pki.ca), "cert_file": str(pki.client_cert), "key_file": str(pki.client_key)}
-        prom = _start_prometheus(
+        prom = start_prometheus(
             tmp_path / "prometheus",
             [
                 _job("aaco", exporter.port, tls, PASSWORD),

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import get_free_port, skip_or_fail
+from tests.support.modes import loose
 
 from .helpers import http_get, read_lake, wait_for
 from .test_spool_bad_files import files_read, source_errors, stop
@@ -28,17 +29,6 @@ pytestmark = pytest.mark.integration
 
 A100 = "a100_alexnet_trace.json.gz"
 MI250 = "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
-
-
-def loose(root: Path) -> list[str]:
-    """Everything under ``root`` looser than 0640 (files) or 0750 (directories)."""
-    out = []
-    for path in [root, *root.rglob("*")]:
-        st = path.lstat()
-        allowed = 0o750 if stat.S_ISDIR(st.st_mode) else 0o640
-        if stat.S_IMODE(st.st_mode) & ~allowed:
-            out.append(f"{path.relative_to(root)} {stat.S_IMODE(st.st_mode):o}")
-    return out
 
 
 def under_open_umask(aaco_bin: str, *args: str, log: Path) -> subprocess.Popen[bytes]:

@@ -128,6 +128,7 @@ class ScrapeJob:
     name: str
     targets: list[str]
     labels: dict[str, str] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)  # more scrape settings: scheme, tls_config, basic_auth
 
 
 def start_prometheus(
@@ -150,6 +151,7 @@ def start_prometheus(
                 # As the Helm chart's ServiceMonitor: the agent's own node/pod labels win over the target's.
                 "honor_labels": True,
                 "static_configs": [{"targets": job.targets, "labels": job.labels}],
+                **job.settings,
             }
             for job in jobs
         ],
@@ -174,7 +176,11 @@ def start_prometheus(
         stderr=subprocess.STDOUT,
     )
     server = Server("prometheus", proc, f"http://127.0.0.1:{port}", log)
-    server.wait_ready()
+    try:
+        server.wait_ready()
+    except BaseException:
+        server.stop()
+        raise
     return server
 
 

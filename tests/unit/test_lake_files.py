@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
 
 import pytest
 
@@ -14,6 +13,7 @@ from aaco.agent.sources.ingest import Quarantine
 from aaco.agent.sources.trace_common import BadRow
 from aaco.exporters.base import ExportResult
 from aaco.exporters.lake import LakeConfig, LakeExporter
+from tests.support.modes import loose
 
 from .builders import item, iterations, kernels
 from .test_lake import DAY1, DAY2, snapshot
@@ -27,17 +27,6 @@ def open_umask():
         yield
     finally:
         os.umask(old)
-
-
-def loose(root: Path) -> list[str]:
-    """Everything under ``root`` (``root`` included) looser than 0640 for files or 0750 for directories."""
-    out = []
-    for path in [root, *root.rglob("*")]:
-        st = path.lstat()
-        allowed = 0o750 if stat.S_ISDIR(st.st_mode) else 0o640
-        if stat.S_IMODE(st.st_mode) & ~allowed:
-            out.append(f"{path.relative_to(root)} {stat.S_IMODE(st.st_mode):o}")
-    return out
 
 
 def test_every_file_and_directory_of_the_lake_is_private(tmp_path, open_umask):

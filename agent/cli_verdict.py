@@ -1,14 +1,15 @@
 """``aaco baseline save`` and ``aaco diff``: a lake's performance baseline, and a session's regression verdict.
 
 ``aaco diff`` exits 1 on a significant regression (for CI), 0 otherwise, 2 on bad input (a missing
-or damaged lake or baseline, named in one line).
+or damaged lake or baseline, named in one line, or a session of another model than the baseline's
+without ``--allow-model-change``).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -55,7 +56,9 @@ def baseline_save(
         save_baseline(doc, path)
     except AacoError as exc:
         raise _fail(exc) from None
-    table = Table("model", "iterations", "p50 ms", "p95 ms", "kernels/it", "bottleneck")
+    table = Table()
+    for col in ("model", "iterations", "p50 ms", "p95 ms", "kernels/it", "bottleneck"):
+        table.add_column(col, overflow="fold")
     for name, m in doc["models"].items():
         b = m.get("bottleneck") or {}
         cls = f"{b.get('bottleneck_class')} ({b.get('confidence', 0):.2f})" if b else "-"
@@ -71,6 +74,12 @@ def baseline_save(
     env = ", ".join(f"{k}={v['value']}" for k, v in doc["environment"].items() if k != "clocks")
     out_console.print(f"environment: {env}", highlight=False, soft_wrap=True)
     out_console.print(f"baseline: {path}", highlight=False, soft_wrap=True)
+
+
+def model_changes(verdict: dict[str, Any]) -> list[tuple[str, str]]:
+    """(baseline model, session model) for each compared pair whose names differ."""
+    verdicts = verdict.get("models") or {verdict.get("model"): verdict}
+    return [(v["baseline_model"], str(name)) for name, v in verdicts.items() if v.get("baseline_model")]
 
 
 @app.command()
@@ -92,8 +101,16 @@ def diff(
         typer.Option("--threshold-pct", min=0.0, help="Smallest rise of the median latency (%) that is a regression."),
     ] = 5.0,
     no_machine: Annotated[bool, typer.Option("--no-machine", help=NO_MACHINE_HELP)] = False,
+    allow_model_change: Annotated[
+        bool,
+        typer.Option(
+            "--allow-model-change", help="Judge a session of another model than the baseline's (else exit 2)."
+        ),
+    ] = False,
 ) -> None:
     """Judge a session against a baseline: exit 1 on a significant regression, 0 otherwise, 2 on bad input.
+
+    A session whose model is not the baseline's is bad input (exit 2) unless --allow-model-change.
 
     The verdict, as JSON: latency change with its bootstrap confidence interval and Mann-Whitney p-value.
 
@@ -110,6 +127,14 @@ def diff(
         verdict, warnings = judge(
             base, read_lake(session), model=model, alpha=alpha, min_delta_pct=threshold_pct, machine=not no_machine
         )
+        changed = model_changes(verdict)
+        if changed and not allow_model_change:
+            raise AacoError(
+                "the session's model differs from the baseline's: "
+                + "; ".join(f"baseline {b!r}, session {s!r}" for b, s in changed)
+                + " (a latency change across models says nothing; --allow-model-change to compare anyway)",
+                subject=session,
+            )
         text = json.dumps(verdict, indent=2, default=str)
         if out is not None:
             try:

@@ -195,7 +195,9 @@ def test_the_same_model_is_not_a_regression(ort_lakes, aaco_bin):
 # -- synthetic lakes: exact statistics ---------------------------------------------------------------
 
 
-def synthetic(n_it: int, latency_ms: np.ndarray, kernels_per_it: int, kernel_us: float, launch_us: float):
+def synthetic(
+    n_it: int, latency_ms: np.ndarray, kernels_per_it: int, kernel_us: float, launch_us: float, model: str = "bert"
+):
     """Iterations with the given latencies; in each, kernels back to back from its start, each after a launch call."""
     starts = T0 + np.concatenate([[0], np.cumsum((latency_ms[:-1] * MS).astype(np.int64) + MS)])
     ends = starts + (latency_ms * MS).astype(np.int64)
@@ -207,7 +209,7 @@ def synthetic(n_it: int, latency_ms: np.ndarray, kernels_per_it: int, kernel_us:
             "end_ns": pa.array(ends, pa.int64()),
             "node": ["n1"] * n_it,
             "pid": pa.array([7] * n_it, pa.int64()),
-            "model": ["bert"] * n_it,
+            "model": [model] * n_it,
             "run_id": ["r"] * n_it,
             "trace_id": tids,
             "span_id": [f"{i:016x}" for i in range(n_it)],
@@ -234,7 +236,7 @@ def synthetic(n_it: int, latency_ms: np.ndarray, kernels_per_it: int, kernel_us:
             "source": ["test"] * n,
             "launch_start_ns": pa.array(ks - int(launch_us * US), pa.int64()),
             "launch_end_ns": pa.array(ks, pa.int64()),
-            "model": ["bert"] * n,
+            "model": [model] * n,
             "run_id": ["r"] * n,
             "iteration": pa.array(np.repeat(np.arange(n_it), kernels_per_it), pa.int64()),
             "trace_id": list(np.repeat(np.array(tids, dtype=object), kernels_per_it)),
@@ -388,3 +390,27 @@ def test_lakes_without_enough_iterations(samples, aaco_bin, tmp_path):
         == 0
     )
     assert_bad(run_aaco(aaco_bin, "diff", "-b", str(two), "-s", str(two)), "at least 5 iterations", str(two))
+
+
+def test_a_session_of_another_model_is_bad_input_unless_allowed(synthetic_lakes, aaco_bin):
+    tmp, base, _, _ = synthetic_lakes
+    other = write_lake(
+        tmp / "other_model",
+        [
+            ("telemetry", gpu_telemetry("AMD Instinct MI250X", 1.7e9)),
+            *(
+                (kind, b)
+                for kind, b in zip(
+                    ("iterations", "kernels"), synthetic(40, LAT, 100, 30.0, 20.0, model="gpt"), strict=True
+                )
+            ),
+        ],
+    )
+    out = tmp / "verdict_other.json"
+    proc = run_aaco(aaco_bin, "diff", "-b", str(base), "-s", str(other), "--no-machine", "-o", str(out))
+    assert_bad(proc, "'bert'", "'gpt'", "--allow-model-change")
+    assert not out.exists()
+    allowed = run_aaco(aaco_bin, "diff", "-b", str(base), "-s", str(other), "--no-machine", "--allow-model-change")
+    assert allowed.returncode == 0, allowed.stderr
+    v = json.loads(allowed.stdout)
+    assert (v["baseline_model"], v["model"]) == ("bert", "gpt")

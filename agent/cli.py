@@ -17,12 +17,14 @@ import importlib
 import importlib.abc
 import json
 import logging
+import os
 import platform
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import typer.rich_utils
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -48,11 +50,40 @@ app = typer.Typer(
 config_app = typer.Typer(help="Work with agent configuration files.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 
-out_console = Console()
-if not out_console.is_terminal:  # piped or captured: wide enough for the summary table on one line
-    out_console = Console(width=140)
+PIPED_WIDTH = 160  # columns for tables and help when stdout is not a terminal and COLUMNS does not say
+
+
+def _piped_width() -> int | None:
+    """``PIPED_WIDTH`` when output goes to a pipe or a file (rich would assume 80 and cut), else None."""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS") or os.environ.get("TERMINAL_WIDTH"):
+        return None
+    return PIPED_WIDTH
+
+
+out_console = Console(width=_piped_width())
+if typer.rich_utils.MAX_WIDTH is None:  # typer's documented knob (TERMINAL_WIDTH) for its help console
+    typer.rich_utils.MAX_WIDTH = _piped_width()
 err_console = Console(stderr=True)
 log = logging.getLogger("aaco")
+
+
+def _print_version(value: bool) -> None:
+    """``--version``: print the version and exit, before any command or option is looked at."""
+    if value:
+        typer.echo(f"aaco {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", "-V", is_eager=True, callback=_print_version, help="Print the version of AACO and exit."
+        ),
+    ] = False,
+) -> None:
+    """AACO: GPU observability agent."""
 
 
 def setup_logging(level: str) -> None:
@@ -149,7 +180,8 @@ def run(
     provider: Annotated[
         str,
         typer.Option(
-            "--provider", help="ONNX Runtime execution provider: auto|cpu|cuda|rocm|migraphx (auto: the best present)."
+            "--provider",
+            help="ONNX Runtime execution provider: auto, cpu, cuda, rocm or migraphx (auto: the best present).",
         ),
     ] = "auto",
     out: Annotated[Path, typer.Option("--out", "-o", help="Lake directory.")] = Path("aaco-data"),
@@ -159,7 +191,7 @@ def run(
     ] = None,
     otlp_endpoint: Annotated[str | None, typer.Option("--otlp-endpoint", help="Send traces over OTLP here.")] = None,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
-    log_level: Annotated[str, typer.Option("--log-level", help="debug|info|warning|error")] = "warning",
+    log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")] = "warning",
 ) -> None:
     """Run an ONNX model under ONNX Runtime with profiling, analyse it, write the lake, print a summary."""
     setup_logging(log_level)
@@ -286,7 +318,7 @@ def replay(
             "given, instead of this host's offset and the re-anchoring of traces from another boot.",
         ),
     ] = None,
-    log_level: Annotated[str, typer.Option("--log-level", help="debug|info|warning|error")] = "warning",
+    log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")] = "warning",
 ) -> None:
     """Push trace files through the pipeline: lake, analysis, metrics and traces as if live."""
     setup_logging(log_level)
@@ -446,9 +478,10 @@ def graph(
         highlight=False,
         soft_wrap=True,  # one line however long the path: the terminal wraps it, not rich
     )
-    table = Table("op")
+    table = Table()
+    table.add_column("op", overflow="fold")
     for col in ("nodes", "folded", "running"):
-        table.add_column(col, justify="right")
+        table.add_column(col, justify="right", overflow="fold")
     folded = doc["folded_ops"]
     for op, n in doc["ops"].items():
         table.add_row(op, str(n), str(folded.get(op, 0)), str(n - folded.get(op, 0)))
@@ -466,7 +499,9 @@ def metrics(
     if markdown:
         typer.echo(markdown_table())
         return
-    table = Table("prometheus", "type", "unit", "labels", "description")
+    table = Table()
+    for col in ("prometheus", "type", "unit", "labels", "description"):
+        table.add_column(col, overflow="fold")
     for m in all_metrics():
         table.add_row(prom_exposed_name(m), m.kind, m.unit, ",".join(m.labels), m.description)
     out_console.print(table)

@@ -69,7 +69,7 @@ def summary_table(service: AgentService) -> Table:
         "launch tax",
         "device active",
     ):
-        table.add_column(col, justify="left" if col == "model" else "right")
+        table.add_column(col, justify="left" if col == "model" else "right", overflow="fold")
     if snap is None:
         return table
     doc = snap.to_dict()

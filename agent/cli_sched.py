@@ -85,7 +85,7 @@ def sched(
     top: Annotated[
         int, typer.Option("--top", min=1, help="With --all: show this many processes (most switches).")
     ] = 20,
-    log_level: Annotated[str, typer.Option("--log-level", help="debug|info|warning|error")] = "warning",
+    log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")] = "warning",
 ) -> None:
     """Trace processes' scheduling for a while and print, per pid, what held them off the CPU.
 
@@ -145,7 +145,7 @@ def sched(
     table = Table(title=f"aaco sched: {elapsed:.1f} s, backend {doc['backend']}", title_justify="left")
     short = {"context_switches": "switches", "runqueue_latency_p50_s": "rq p50 s", "runqueue_latency_p99_s": "rq p99 s"}
     for col in ("pid", "comm", *FIELDS):
-        table.add_column(short.get(col, col), justify="left" if col == "comm" else "right")
+        table.add_column(short.get(col, col), justify="left" if col == "comm" else "right", overflow="fold")
     for r in rows:
         table.add_row(*(_fmt(r.get(c)) for c in ("pid", "comm", *FIELDS)))
     out_console.print(table)

@@ -44,7 +44,7 @@ def telemetry(
         typer.Option(
             "--backend",
             "-b",
-            help="auto|amdsmi|amd-smi|rocm-smi|sysfs|nvml|nvidia-smi|file (auto: the best present; "
+            help="auto, amdsmi, amd-smi, rocm-smi, sysfs, nvml, nvidia-smi or file (auto: the best present; "
             "file with --from-file).",
         ),
     ] = "auto",
@@ -99,7 +99,7 @@ def telemetry(
         return
     table = Table(title=f"GPU telemetry ({snap.format})", title_justify="left")
     for col in ("gpu", "model", "metric", "attributes", "value", "unit"):
-        table.add_column(col, justify="right" if col == "value" else "left")
+        table.add_column(col, justify="right" if col == "value" else "left", overflow="fold")
     for r in rows:
         attrs = dict(r["attributes"])  # type: ignore[call-overload]
         model = attrs.pop("hw.model", "")

@@ -1,0 +1,60 @@
+"""The command line's behaviours from issue 15: --version, output not cut at 80 columns, opsets as text."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+from rich.console import Console
+
+from aaco.agent import __version__
+from aaco.agent.cli_report import summary_table
+
+
+def aaco(*args: str) -> subprocess.CompletedProcess[str]:
+    """``aaco ARGS`` with stdout a pipe and no COLUMNS or TERMINAL_WIDTH, as in CI and scripts."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TERMINAL_WIDTH")}
+    return subprocess.run(
+        [sys.executable, "-m", "aaco.agent", *args], check=False, capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def test_version_option_and_command():
+    for flag in ("--version", "-V"):
+        proc = aaco(flag)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == f"aaco {__version__}"
+    proc = aaco("version")
+    assert proc.returncode == 0 and proc.stdout.startswith(f"aaco {__version__} (python ")
+
+
+def test_help_shows_choices_and_keys_in_full_when_piped():
+    run = aaco("run", "--help")
+    assert "auto, cpu, cuda, rocm or migraphx" in run.stdout
+    agent = aaco("agent", "--help")
+    assert "exporters.prometheus.web_config_file" in agent.stdout
+    telemetry = aaco("telemetry", "--help")
+    assert "auto, amdsmi, amd-smi, rocm-smi, sysfs, nvml, nvidia-smi or file" in telemetry.stdout
+    for proc in (run, agent, telemetry):
+        assert proc.returncode == 0 and "…" not in proc.stdout
+
+
+def test_metrics_table_keeps_long_names_when_piped():
+    proc = aaco("metrics")
+    assert proc.returncode == 0, proc.stderr
+    assert "…" not in proc.stdout
+    assert "aaco_events_dropped_total" in proc.stdout
+
+
+def test_summary_table_folds_a_long_model_name_on_a_narrow_console():
+    name = "light_resnet50_with_a_rather_long_model_name"
+    doc = {"latency": {"models": {name: {"iterations": 20, "p50_s": 0.0123, "p95_s": 0.0134, "p99_s": 0.0140}}}}
+    service = SimpleNamespace(final_snapshot=SimpleNamespace(to_dict=lambda: doc))
+    console = Console(width=80, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(summary_table(service))  # type: ignore[arg-type]
+    text = console.export_text()
+    assert "…" not in text
+    first_cells = [line.split("│")[1].strip() for line in text.splitlines() if line.count("│") > 2]
+    assert name in "".join(first_cells)

@@ -46,7 +46,7 @@ from aaco.agent.pipeline.signals import define
 from aaco.agent.pipeline.stats import Stats
 from aaco.analyzers.kernels import families
 
-from .otlp_spans import RootSpan, SpanEncoder, SpanEvent
+from .otlp_spans import TRACE_ID_HEAD, RootSpan, SpanEncoder, SpanEvent
 
 SPANS_SUMMARIZED = define(
     "aaco.spans.summarized",
@@ -138,7 +138,13 @@ class TokenBucket:
 
 
 def retrace(span: bytes, new_trace: bytes) -> bytes:
-    """A span encoded by this package (trace_id first: tag, length 16, 16 bytes) moved to another trace."""
+    """A span encoded by this package (trace_id first: tag, length 16, 16 bytes) moved to another trace.
+
+    Raises ``ValueError`` for bytes that do not start that way (any other encoder's span) or a trace ID
+    that is not 16 bytes, rather than splice into the wrong field.
+    """
+    if len(new_trace) != 16 or len(span) < 18 or span[:2] != TRACE_ID_HEAD:
+        raise ValueError("retrace: not a span starting with a 16-byte trace_id, or not a 16-byte trace ID")
     return span[:2] + new_trace + span[18:]
 
 
@@ -179,11 +185,6 @@ class TraceAssembler:
         self._offcpu: OrderedDict[int, deque[tuple[int, int, int]]] = OrderedDict()  # pid -> (start, end, tid)
         self._iterations: OrderedDict[int, deque[tuple[int, int, bytes, bytes]]] = OrderedDict()
         self._apps: deque[AppRequest] = deque()
-
-    @property
-    def open_traces(self) -> int:
-        """Traces whose root is being held."""
-        return len(self._open)
 
     # -- input --------------------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from aaco.analyzers.kernels import families
 
 from . import otlp_wire as w
 
-_TRACE_TAG = w.tag(1, w.LEN) + b"\x10"  # trace_id: 16 bytes
+TRACE_ID_HEAD = w.tag(1, w.LEN) + b"\x10"  # every span encoded here starts with it: trace_id, 16 bytes
 _SPAN_TAG = w.tag(2, w.LEN) + b"\x08"  # span_id: 8 bytes
 _PARENT_TAG = w.tag(4, w.LEN) + b"\x08"  # parent_span_id: 8 bytes
 _KIND_INTERNAL = w.varint_field(6, 1)
@@ -52,7 +52,7 @@ def splitmix64(x: np.ndarray) -> np.ndarray:
 
 def stable_hash64(text: str) -> int:
     """A 64-bit hash that is the same in every process (Python's ``hash`` is salted)."""
-    return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "replace"), digest_size=8).digest(), "little")
+    return int.from_bytes(hashlib.blake2b(w.utf8(text), digest_size=8).digest(), "little")
 
 
 def _u64(col: pa.Array | pa.ChunkedArray, fill: int = 0) -> np.ndarray:
@@ -100,11 +100,11 @@ class RootSpan:
 
     def encode(self) -> bytes:
         """The Span message."""
-        parts = [_TRACE_TAG, self.trace_id, _SPAN_TAG, self.span_id]
+        parts = [TRACE_ID_HEAD, self.trace_id, _SPAN_TAG, self.span_id]
         if self.parent_span_id:
             parts += [_PARENT_TAG, self.parent_span_id]
         parts += [
-            w.length_delimited(5, self.name.encode("utf-8", "replace")),
+            w.length_delimited(5, w.utf8(self.name)),
             _KIND_INTERNAL,
             _START,
             _pack_q(self.start_ns),
@@ -113,7 +113,7 @@ class RootSpan:
         ]
         parts.append(w.attributes(9, self.attributes))
         for ev in self.events:  # Span.events = 11: Event{time_unix_nano=1, name=2, attributes=3}
-            body = w.fixed64(1, ev.time_ns) + w.length_delimited(2, ev.name.encode()) + w.attributes(3, ev.attributes)
+            body = w.fixed64(1, ev.time_ns) + w.length_delimited(2, w.utf8(ev.name)) + w.attributes(3, ev.attributes)
             parts.append(w.length_delimited(11, body))
         for trace, span, attrs in self.links:
             parts.append(link(trace, span, attrs))
@@ -137,7 +137,7 @@ class SpanEncoder:
     def _name(self, name: str) -> bytes:
         enc = self._names.get(name)
         if enc is None:
-            enc = w.length_delimited(5, name.encode("utf-8", "replace"))
+            enc = w.length_delimited(5, w.utf8(name))
             if len(self._names) < 10_000:
                 self._names[name] = enc
         return enc
@@ -220,7 +220,7 @@ class SpanEncoder:
         for i in range(n):
             trace = trace_raw[i]
             parent = parent_raw[i]
-            head = [_TRACE_TAG, trace, _SPAN_TAG, span_bytes[8 * i : 8 * i + 8]]
+            head = [TRACE_ID_HEAD, trace, _SPAN_TAG, span_bytes[8 * i : 8 * i + 8]]
             if parent is not None:
                 head += [_PARENT_TAG, parent]
             parts = [
@@ -246,7 +246,7 @@ class SpanEncoder:
             if with_launches and ls is not None and le is not None and trace is not None:
                 lid = launch_bytes[8 * i : 8 * i + 8]
                 parts.append(link(trace, lid, {"aaco.link": "launch"}))
-                launch = [_TRACE_TAG, trace, _SPAN_TAG, lid]
+                launch = [TRACE_ID_HEAD, trace, _SPAN_TAG, lid]
                 if parent is not None:
                     launch += [_PARENT_TAG, parent]
                 launch += [

@@ -19,11 +19,9 @@ from typing import Final
 VARINT: Final = 0
 I64: Final = 1
 LEN: Final = 2
-I32: Final = 5
 
 _pack_q = struct.Struct("<Q").pack
 _pack_d = struct.Struct("<d").pack
-_pack_i = struct.Struct("<I").pack
 
 
 def varint(n: int) -> bytes:
@@ -38,6 +36,11 @@ def varint(n: int) -> bytes:
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+def utf8(text: str) -> bytes:
+    """``text`` as UTF-8 (a lone surrogate, which protobuf strings cannot hold, as ``?``)."""
+    return text.encode("utf-8", "replace")
 
 
 def tag(field: int, wire: int) -> bytes:
@@ -55,31 +58,32 @@ def fixed64(field: int, value: int) -> bytes:
     return tag(field, I64) + _pack_q(value)
 
 
-def fixed32(field: int, value: int) -> bytes:
-    """A fixed32 field (span flags)."""
-    return tag(field, I32) + _pack_i(value)
-
-
 def varint_field(field: int, value: int) -> bytes:
     """A varint field."""
     return tag(field, VARINT) + varint(value)
 
 
-# AnyValue: string_value=1, bool_value=2, int_value=3, double_value=4; KeyValue: key=1, value=2
+INT64_MIN: Final = -(1 << 63)
+INT64_MAX: Final = (1 << 63) - 1
+
+
+# AnyValue: string_value=1, bool_value=2, int_value=3, double_value=4, bytes_value=7; KeyValue: key=1, value=2
 def any_value(value: object) -> bytes:
-    """An encoded ``AnyValue`` for str, bool, int, float (anything else as its string)."""
+    """An encoded ``AnyValue`` for str, bool, int, float, bytes (anything else, and ints past int64, as a string)."""
     if isinstance(value, bool):
         return varint_field(2, int(value))
-    if isinstance(value, int):
+    if isinstance(value, int) and INT64_MIN <= value <= INT64_MAX:
         return varint_field(3, value)
     if isinstance(value, float):
         return tag(4, I64) + _pack_d(value)
-    return length_delimited(1, str(value).encode("utf-8", "replace"))
+    if isinstance(value, bytes):
+        return length_delimited(7, value)
+    return length_delimited(1, utf8(str(value)))
 
 
 def key_value(key: str, value: object) -> bytes:
     """An encoded ``KeyValue`` (without the enclosing field key)."""
-    return length_delimited(1, key.encode()) + length_delimited(2, any_value(value))
+    return length_delimited(1, utf8(key)) + length_delimited(2, any_value(value))
 
 
 class AttributeCache:
@@ -118,7 +122,7 @@ def resource(attrs: Mapping[str, object]) -> bytes:
 
 def scope(name: str, version: str) -> bytes:
     """An encoded ``InstrumentationScope`` (name=1, version=2)."""
-    return length_delimited(1, name.encode()) + length_delimited(2, version.encode())
+    return length_delimited(1, utf8(name)) + length_delimited(2, utf8(version))
 
 
 def export_trace_request(resource_attrs: bytes, scope_bytes: bytes, spans: Iterable[bytes]) -> bytes:

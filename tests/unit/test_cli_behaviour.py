@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -58,3 +59,16 @@ def test_summary_table_folds_a_long_model_name_on_a_narrow_console():
     assert "…" not in text
     first_cells = [line.split("│")[1].strip() for line in text.splitlines() if line.count("│") > 2]
     assert name in "".join(first_cells)
+
+
+def test_a_missing_kubelet_socket_is_logged_once_per_process(tmp_path, caplog):
+    from aaco.agent.sources.smi.pods import PodAttribution
+
+    socket = tmp_path / "kubelet.sock"
+    with caplog.at_level(logging.INFO, logger="aaco.sources.smi.pods"):
+        for _ in range(3):  # three sources, each with its own attribution, each refreshing twice
+            pods = PodAttribution(socket)
+            pods.refresh()
+            pods.refresh()
+    said = [r for r in caplog.records if "no kubelet pod-resources socket" in r.getMessage()]
+    assert len(said) == 1 and str(socket) in said[0].getMessage()

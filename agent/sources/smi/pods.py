@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # gRPC and the stubs load when the kubelet is first asked, no
     from .podresources import api_pb2, api_pb2_grpc
 
 log = logging.getLogger("aaco.sources.smi.pods")
+_ABSENT_SAID: set[str] = set()  # sockets whose absence was logged at INFO: once per process, not once per source
 
 DEFAULT_SOCKET: Final = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 GPU_RESOURCES: Final = ("amd.com/gpu", "nvidia.com/gpu")
@@ -141,11 +142,14 @@ class PodAttribution:
         if not self.socket.exists():
             self._owners = {}
             self._close_channel()
+            where = os.fspath(self.socket)
             self._say(
                 "absent",
-                f"no kubelet pod-resources socket at {os.fspath(self.socket)}: GPU telemetry is not attributed "
-                "to pods (running unlabelled)",
+                f"no kubelet pod-resources socket at {where}: GPU telemetry is not attributed to pods (running "
+                "unlabelled)",
+                logging.DEBUG if where in _ABSENT_SAID else logging.INFO,
             )
+            _ABSENT_SAID.add(where)
             return
         import grpc
 

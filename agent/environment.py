@@ -10,10 +10,11 @@ hardware or software says little about the code. Each entry is ``{"value": ..., 
 - ``lake:iterations`` / ``lake:kernels`` — the ONNX Runtime execution provider, the devices that ran work;
 - ``machine`` — read on the machine running the command, for what a lake does not hold: the GPU
   driver (``/sys/module/amdgpu/version``, ``/proc/driver/nvidia/version``), ROCm
-  (``/opt/rocm/.info/version``), CUDA (``/usr/local/cuda/version.json`` or the versioned directory
-  it links to), the installed ONNX Runtime (when the lake holds ONNX Runtime data), the CPU model and
-  count, the OS kernel, Python and AACO. Right when the command runs where the lake was recorded
-  (the CI case); ``--no-machine`` leaves them out otherwise.
+  (``/opt/rocm/.info/version``), CUDA (``/usr/local/cuda/version.json``, or the versioned directory
+  it links to when that holds ``libcudart``; nothing from a dangling link), the installed ONNX
+  Runtime (when the lake holds ONNX Runtime data), the CPU model and count, the OS kernel, Python and
+  AACO. Right when the command runs where the lake was recorded (the CI case); ``--no-machine``
+  leaves them out otherwise.
 """
 
 from __future__ import annotations
@@ -144,7 +145,18 @@ def machine_environment(root: Path = Path("/"), with_ort: bool = True) -> dict[s
 
 
 def _cuda_version(base: Path) -> str | None:
-    doc = _read(base / "version.json")
+    """The CUDA toolkit's version, only from a directory that exists and holds a version file or the runtime.
+
+    A dangling ``/usr/local/cuda`` link (a toolkit removed, a host with no GPU) or an empty versioned
+    directory says nothing about what is installed.
+    """
+    try:
+        home = base.resolve(strict=True)
+    except (OSError, RuntimeError):  # absent, dangling, or a link loop
+        return None
+    if not home.is_dir():
+        return None
+    doc = _read(home / "version.json")
     if doc:
         try:
             v = json.loads(doc).get("cuda", {}).get("version")
@@ -152,15 +164,14 @@ def _cuda_version(base: Path) -> str | None:
                 return str(v)
         except (json.JSONDecodeError, AttributeError):
             pass
-    txt = _read(base / "version.txt")
+    txt = _read(home / "version.txt")
     if txt:
         m = re.search(r"([\d.]+)", txt)
         if m:
             return m.group(1)
-    try:
-        m = re.fullmatch(r"cuda-([\d.]+)", base.resolve(strict=True).name)
-    except OSError:
+    if not any(home.glob("lib64/libcudart.so*")) and not any(home.glob("targets/*/lib/libcudart.so*")):
         return None
+    m = re.fullmatch(r"cuda-([\d.]+)", home.name)
     return m.group(1) if m else None
 
 

@@ -45,12 +45,24 @@ def test_machine_environment_reads_driver_rocm_cuda_and_cpu(tmp_path):
     (amd / "sys/module/amdgpu").mkdir(parents=True)
     (amd / "sys/module/amdgpu/version").write_text("6.7.0\n")
     (amd / "usr/local").mkdir(parents=True)
-    (amd / "usr/local/cuda-11.8").mkdir()
+    (amd / "usr/local/cuda-11.8/lib64").mkdir(parents=True)
+    (amd / "usr/local/cuda-11.8/lib64/libcudart.so.11.0").write_bytes(b"")
     (amd / "usr/local/cuda").symlink_to(amd / "usr/local/cuda-11.8")
     env = machine_environment(amd)
     assert env["gpu_driver"]["value"] == "amdgpu 6.7.0"
-    assert env["cuda_version"]["value"] == "11.8"  # the versioned directory it links to
+    assert env["cuda_version"]["value"] == "11.8"  # the versioned directory it links to, with its runtime
     assert env["onnxruntime_version"]["value"].startswith("onnxruntime")
+
+
+def test_no_cuda_version_from_a_dangling_link_or_an_empty_directory(tmp_path):
+    local = tmp_path / "usr/local"
+    local.mkdir(parents=True)
+    (local / "cuda").symlink_to(local / "cuda-12.4")  # the toolkit was removed, its link was not
+    assert "cuda_version" not in machine_environment(tmp_path, with_ort=False)
+    (local / "cuda-12.4").mkdir()  # a leftover directory with no version file and no runtime
+    assert "cuda_version" not in machine_environment(tmp_path, with_ort=False)
+    (local / "cuda-12.4/version.json").write_text(json.dumps({"cuda": {"version": "12.4.1"}}))
+    assert machine_environment(tmp_path, with_ort=False)["cuda_version"]["value"] == "12.4.1"
 
 
 def gpu_rows(product: str, clocks: list[float]) -> pa.RecordBatch:

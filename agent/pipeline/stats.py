@@ -8,7 +8,7 @@ come from code (component names, drop reasons), never from data, and the table i
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Final
 
 from .signals import MetricDef, MetricPoint, define
@@ -34,7 +34,8 @@ EVENTS_DROPPED: Final = define(
     "aaco_events_dropped",
     "counter",
     "{event}",
-    "Events a component dropped, by reason (queue_full, shutdown, invalid, ...).",
+    "Events a component dropped, by reason (queue_full, shutdown, invalid, ...); 0 from the start for each "
+    "source's queue_full and shutdown.",
     ("component", "reason"),
 )
 QUEUE_DEPTH: Final = define(
@@ -58,7 +59,7 @@ EXPORT_ERRORS: Final = define(
     "aaco_export_errors",
     "counter",
     "{error}",
-    "Failed export attempts per exporter.",
+    "Failed export attempts per exporter; 0 from the start for each exporter.",
     ("exporter",),
 )
 SOURCE_ERRORS: Final = define(
@@ -66,7 +67,8 @@ SOURCE_ERRORS: Final = define(
     "aaco_source_errors",
     "counter",
     "{error}",
-    "Bad input a source skipped (rows, records or files), by reason.",
+    "Bad input a source skipped (rows, records or files), by reason; 0 from the start for each source's "
+    "unreadable, parser_error and io_error.",
     ("source", "reason"),
 )
 SOURCE_LAG: Final = define(
@@ -102,6 +104,24 @@ STATS_SERIES_DROPPED: Final = define(
 )
 
 
+# The series each component has at 0 from the start (``declare_components``), so that alerts on
+# ``rate()`` or ``increase()`` see a counter before its first error: a bounded set, the reasons that
+# say the most (a damaged file, a parser failure, a full queue), not every reason that exists.
+SOURCE_ERROR_REASONS: Final = ("unreadable", "parser_error", "io_error")
+SOURCE_DROP_REASONS: Final = ("queue_full", "shutdown")
+
+
+def declare_components(stats: Stats, sources: Iterable[str], exporters: Iterable[str]) -> None:
+    """Create at 0 the error and drop counters of these sources and exporters (see the reasons above)."""
+    for source in sources:
+        for reason in SOURCE_ERROR_REASONS:
+            stats.declare(SOURCE_ERRORS, source=source, reason=reason)
+        for reason in SOURCE_DROP_REASONS:
+            stats.declare(EVENTS_DROPPED, component=f"source:{source}", reason=reason)
+    for exporter in exporters:
+        stats.declare(EXPORT_ERRORS, exporter=exporter)
+
+
 class Stats:
     """Thread-safe counters and gauges for the agent's self-metrics."""
 
@@ -126,6 +146,17 @@ class Stats:
                 self._values[key] += value
             elif len(self._values) < self._max_series:
                 self._values[key] = value
+            else:
+                self._refused += 1
+
+    def declare(self, metric: MetricDef, **labels: str) -> None:
+        """Create a series at 0 unless it exists (a counter exported before its first increment)."""
+        key = self._key(metric, labels)
+        with self._lock:
+            if key in self._values:
+                return
+            if len(self._values) < self._max_series:
+                self._values[key] = 0.0
             else:
                 self._refused += 1
 

@@ -9,9 +9,13 @@ import pytest
 from aaco.agent.pipeline.stats import (
     EVENTS_DROPPED,
     EVENTS_RECEIVED,
+    EXPORT_ERRORS,
     QUEUE_DEPTH,
+    SOURCE_DROP_REASONS,
+    SOURCE_ERROR_REASONS,
     STATS_SERIES_DROPPED,
     Stats,
+    declare_components,
 )
 
 
@@ -116,3 +120,37 @@ def test_concurrent_increments_are_not_lost():
     for t in threads:
         t.join()
     assert s.get(EVENTS_RECEIVED, component="bus") == 16000
+
+
+def test_declare_creates_a_zero_series_once_and_never_resets_it():
+    s = Stats()
+    s.declare(EXPORT_ERRORS, exporter="lake")
+    assert [(p.labels, p.value) for p in s.points() if p.metric is EXPORT_ERRORS] == [({"exporter": "lake"}, 0.0)]
+    s.inc(EXPORT_ERRORS, 2, exporter="lake")
+    s.declare(EXPORT_ERRORS, exporter="lake")
+    assert s.get(EXPORT_ERRORS, exporter="lake") == 2
+
+
+def test_declared_counters_are_on_metrics_from_the_start():
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from aaco.exporters.prometheus import PrometheusConfig, PrometheusExporter, _Collector
+
+    class Health:
+        def live(self):
+            return True, "live"
+
+        def ready(self):
+            return True, "ready"
+
+    stats = Stats()
+    declare_components(stats, sources=["replay"], exporters=["lake", "otlp"])
+    registry = CollectorRegistry()
+    registry.register(_Collector(PrometheusExporter(PrometheusConfig(port=0), stats, Health(), "n1")))
+    text = generate_latest(registry).decode()
+    assert 'aaco_export_errors_total{exporter="lake"} 0.0' in text
+    assert 'aaco_export_errors_total{exporter="otlp"} 0.0' in text
+    for reason in SOURCE_ERROR_REASONS:
+        assert f'aaco_source_errors_total{{reason="{reason}",source="replay"}} 0.0' in text
+    for reason in SOURCE_DROP_REASONS:
+        assert f'aaco_events_dropped_total{{component="source:replay",reason="{reason}"}} 0.0' in text

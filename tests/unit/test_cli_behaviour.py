@@ -72,3 +72,12 @@ def test_a_missing_kubelet_socket_is_logged_once_per_process(tmp_path, caplog):
             pods.refresh()
     said = [r for r in caplog.records if "no kubelet pod-resources socket" in r.getMessage()]
     assert len(said) == 1 and str(socket) in said[0].getMessage()
+
+
+def test_graph_prints_opsets_as_text_not_a_python_dict():
+    from aaco.agent.run.models import resolve_model
+
+    proc = aaco("graph", str(resolve_model(None)))
+    assert proc.returncode == 0, proc.stderr
+    head = proc.stdout.splitlines()[0]
+    assert head.endswith("opset ai.onnx:9") and "{" not in head

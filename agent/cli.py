@@ -21,21 +21,19 @@ import os
 import platform
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 import typer.rich_utils
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from . import __version__
-from .cli_report import lost_exports, report_lost, summary_table
-from .config import AgentConfig, load_config
 from .errors import AacoError, ConfigError
-from .pipeline.stats import Stats
-from .service import AgentService, run_until_stopped
-from .sources.ingest import DAMAGED
+
+if TYPE_CHECKING:  # the config, the service and its sources cost ~0.8 s to import: each command imports its own
+    from .config import AgentConfig
+    from .service import AgentService
 
 app = typer.Typer(
     name="aaco",
@@ -100,6 +98,8 @@ class RichProgress:
     """Progress bars on stderr (rich), one per task; thread-safe."""
 
     def __init__(self, console: Console) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
         self._progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -156,6 +156,8 @@ def _report_problems(service: AgentService) -> bool:
 
     The events read from a damaged file are kept; bad rows inside a readable file are warnings.
     """
+    from .sources.ingest import DAMAGED
+
     errors = [p for p in service.problems if p.fatal or p.reason in DAMAGED]
     for p in errors:
         err_console.print(f"[bold red]error:[/] {p.subject}: {p.message}", highlight=False, soft_wrap=True)
@@ -195,6 +197,8 @@ def run(
 ) -> None:
     """Run an ONNX model under ONNX Runtime with profiling, analyse it, write the lake, print a summary."""
     setup_logging(log_level)
+    from .cli_report import summary_table
+    from .config import load_config
     from .run.models import load_model, resolve_model
     from .run.session import resolve_provider
 
@@ -258,6 +262,9 @@ def _run_service(
     report_input: bool = True,
 ) -> AgentService:
     """Run the service until stopped (or done); with ``report_input``, say what OTLP lost; exit 2 on damaged input."""
+    from .cli_report import report_lost
+    from .service import AgentService, run_until_stopped
+
     keep_pandas_out()
     bars = RichProgress(err_console) if progress and err_console.is_terminal else None
     service = AgentService(config, progress=bars, extra_exporters=extra_exporters)
@@ -322,6 +329,9 @@ def replay(
 ) -> None:
     """Push trace files through the pipeline: lake, analysis, metrics and traces as if live."""
     setup_logging(log_level)
+    from .cli_report import lost_exports, summary_table
+    from .config import load_config
+    from .pipeline.stats import Stats
     from .sources.formats import expand, recognise
 
     bad = []
@@ -395,6 +405,8 @@ def agent(
     ] = None,
 ) -> None:
     """Run the long-lived agent (DaemonSet mode) until SIGTERM/SIGINT; SIGHUP reloads the config file."""
+    from .config import load_config
+
     overrides: dict[str, Any] = {}
     prometheus: dict[str, Any] = {}
     if metrics_port is not None:
@@ -437,6 +449,8 @@ def config_check(
     file: Annotated[Path, typer.Argument(help="The YAML configuration to validate.")],
 ) -> None:
     """Validate a configuration (with AACO_* environment overrides) and list every error with its path."""
+    from .config import load_config
+
     try:
         cfg = load_config(file)
     except ConfigError as exc:

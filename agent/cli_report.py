@@ -8,12 +8,15 @@ or forwarder dropped some of it (counted in ``aaco_events_dropped_total`` for ``
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
 from .pipeline.stats import EVENTS_DROPPED, Stats
-from .service import AgentService
+
+if TYPE_CHECKING:
+    from .service import AgentService
 
 OTLP_COMPONENTS = ("exporter:otlp", "forward:")  # exporter:otlp_metrics included
 UNITS = {"exporter:otlp": "span(s)", "exporter:otlp_metrics": "metric point(s)", "forward:logs": "log record(s)"}

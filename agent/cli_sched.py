@@ -11,18 +11,10 @@ import time
 from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
 from rich.table import Table
-
-from aaco.analyzers.sched import SchedAnalyzer
 
 from .cli import _fail, app, err_console, out_console, setup_logging
 from .errors import AacoError
-from .pipeline.schemas import EventBatch, conform
-from .sources.sched import SchedCollector, SchedSourceConfig
-from .sources.sched_proc import alive
-from .sources.sched_rows import drain_to_table
-from .sources.sched_targets import tgid_of
 
 FIELDS = (
     "context_switches",
@@ -38,6 +30,9 @@ FIELDS = (
 
 def _check_pids(pids: list[int]) -> list[int]:
     """The processes of ``pids`` (a thread id stands for its process); a missing one is an error."""
+    from .sources.sched_proc import alive
+    from .sources.sched_targets import tgid_of
+
     out: list[int] = []
     for pid in pids:
         tgid = tgid_of(pid)
@@ -93,6 +88,15 @@ def sched(
     seconds and page faults, and which backend measured them (ebpf as root with bcc, else proc).
     """
     setup_logging(log_level)
+    from pydantic import ValidationError
+
+    from aaco.analyzers.sched import SchedAnalyzer
+
+    from .pipeline.schemas import EventBatch, conform
+    from .sources.sched import SchedCollector, SchedSourceConfig
+    from .sources.sched_proc import alive
+    from .sources.sched_rows import drain_to_table
+
     try:
         if bool(pid) == all_tasks:
             raise AacoError("give --pid PID (one or more) or --all, not both and not neither", subject="aaco sched")

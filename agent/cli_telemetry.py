@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from .cli import _fail, app, err_console, out_console
 from .errors import AacoError
-from .sources.smi.backends import BACKENDS, BackendOptions, open_backend
-from .sources.smi.calls import BackendError
-from .sources.smi.model import Snapshot, to_table
-from .sources.smi.values import TelemetryFormatError
+
+if TYPE_CHECKING:  # the smi package imports every source (~0.4 s): imported when the command runs
+    from .sources.smi.model import Snapshot
 
 
 def readings(snap: Snapshot) -> list[dict[str, object]]:
     """The ``--json`` form: ``{"device", "metric", "value", "unit", "attributes"}`` per reading."""
+    from .sources.smi.model import to_table
+
     table = to_table(snap.gpus, ts_ns=0, node="", source="")
     out = []
     for row in table.select(["device", "metric", "value", "unit", "gpu_uuid", "attributes"]).to_pylist():
@@ -72,6 +73,10 @@ def telemetry(
 
     Values are in base units (ratios 0..1, bytes, W, J, Celsius, Hz) under their OpenTelemetry names.
     """
+    from .sources.smi.backends import BACKENDS, BackendOptions, open_backend
+    from .sources.smi.calls import BackendError
+    from .sources.smi.values import TelemetryFormatError
+
     try:
         if backend not in BACKENDS:
             raise AacoError(f"unknown backend {backend!r} (known: {', '.join(BACKENDS)})", subject="--backend")

@@ -46,7 +46,7 @@ from aaco.agent.pipeline.signals import define
 from aaco.agent.pipeline.stats import Stats
 from aaco.analyzers.kernels import families
 
-from .otlp_spans import TRACE_ID_HEAD, RootSpan, SpanEncoder, SpanEvent
+from .otlp_spans import TRACE_ID_HEAD, RootSpan, SpanEncoder, SpanEvent, link_bodies
 
 SPANS_SUMMARIZED = define(
     "aaco.spans.summarized",
@@ -140,12 +140,19 @@ class TokenBucket:
 def retrace(span: bytes, new_trace: bytes) -> bytes:
     """A span encoded by this package (trace_id first: tag, length 16, 16 bytes) moved to another trace.
 
-    Raises ``ValueError`` for bytes that do not start that way (any other encoder's span) or a trace ID
-    that is not 16 bytes, rather than splice into the wrong field.
+    Its links into its old trace (a kernel's link to its launch, which moves too) move with it; links
+    elsewhere stay. Raises ``ValueError`` for bytes that do not start that way (any other encoder's
+    span) or a trace ID that is not 16 bytes, rather than splice into the wrong field.
     """
     if len(new_trace) != 16 or len(span) < 18 or span[:2] != TRACE_ID_HEAD:
         raise ValueError("retrace: not a span starting with a 16-byte trace_id, or not a 16-byte trace ID")
-    return span[:2] + new_trace + span[18:]
+    old_head, new_head = TRACE_ID_HEAD + span[2:18], TRACE_ID_HEAD + new_trace
+    out = bytearray(span)
+    out[2:18] = new_trace
+    for start, end in link_bodies(span):  # Link.trace_id is its first field, as this package encodes it
+        if end - start >= 18 and span[start : start + 18] == old_head:
+            out[start : start + 18] = new_head
+    return bytes(out)
 
 
 class TraceAssembler:

@@ -126,6 +126,31 @@ def link(trace_id: bytes, span_id: bytes, attributes: dict[str, object] | None =
     return w.length_delimited(13, body)
 
 
+def link_bodies(span: bytes) -> list[tuple[int, int]]:
+    """The (start, end) offsets of the ``links`` (field 13) bodies of an encoded Span, by walking its fields."""
+    out = []
+    i, n = 0, len(span)
+    while i < n:
+        key, i = w.read_varint(span, i)
+        wire = key & 7
+        if wire == w.VARINT:
+            _, i = w.read_varint(span, i)
+        elif wire == w.I64:
+            i += 8
+        elif wire == w.LEN:
+            size, i = w.read_varint(span, i)
+            if key >> 3 == 13:
+                out.append((i, i + size))
+            i += size
+        elif wire == w.I32:
+            i += 4
+        else:
+            raise ValueError(f"unsupported wire type {wire} at byte {i}")
+    if i != n:
+        raise ValueError("truncated span")
+    return out
+
+
 class SpanEncoder:
     """Encodes kernel and launch spans of Arrow batches whose trace context is set."""
 

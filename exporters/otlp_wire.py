@@ -19,6 +19,7 @@ from typing import Final
 VARINT: Final = 0
 I64: Final = 1
 LEN: Final = 2
+I32: Final = 5
 
 _pack_q = struct.Struct("<Q").pack
 _pack_d = struct.Struct("<d").pack
@@ -41,6 +42,20 @@ def varint(n: int) -> bytes:
 def utf8(text: str) -> bytes:
     """``text`` as UTF-8 (a lone surrogate, which protobuf strings cannot hold, as ``?``)."""
     return text.encode("utf-8", "replace")
+
+
+def read_varint(data: bytes, i: int) -> tuple[int, int]:
+    """The varint at ``data[i:]`` and the offset after it (``ValueError`` if it runs off the end)."""
+    value = shift = 0
+    while True:
+        if i >= len(data):
+            raise ValueError("truncated varint")
+        b = data[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, i
+        shift += 7
 
 
 def tag(field: int, wire: int) -> bytes:

@@ -75,6 +75,10 @@ class Analyzer(ABC):
         """The findings queued since the last call."""
         return self.__dict__.pop("_findings", [])
 
+    def drain_dropped_findings(self) -> int:
+        """How many findings the cap dropped since the last call."""
+        return self.__dict__.pop("_findings_dropped", 0)
+
     @abstractmethod
     def update(self, item: EventBatch) -> None:
         """Fold a batch of one of ``kinds`` in."""

@@ -22,7 +22,7 @@ from .correlator import Correlator
 from .ledger import Ledger
 from .schemas import EventBatch, conform
 from .signals import define
-from .stats import EXPORT_ERRORS, Stats
+from .stats import EVENTS_DROPPED, EXPORT_ERRORS, Stats
 
 log = logging.getLogger("aaco.pipeline")
 
@@ -179,6 +179,8 @@ class Pipeline:
         found: list[Finding] = []
         for a in self.analyzers:
             found += a.drain_findings()
+            if dropped := a.drain_dropped_findings():
+                self.stats.inc(EVENTS_DROPPED, dropped, component=f"analyzer.{a.name}", reason="findings_overflow")
         if not found:
             return
         for f in found:

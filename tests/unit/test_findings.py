@@ -7,7 +7,7 @@ import json
 from aaco.agent.pipeline.bus import Bus
 from aaco.agent.pipeline.correlator import Correlator
 from aaco.agent.pipeline.schemas import EventBatch, conform
-from aaco.agent.pipeline.stats import Stats
+from aaco.agent.pipeline.stats import EVENTS_DROPPED, Stats
 from aaco.agent.pipeline.worker import FINDINGS, Pipeline
 from aaco.analyzers.base import Analyzer, Finding
 from aaco.exporters.testing import InMemoryExporter
@@ -64,3 +64,17 @@ def test_pending_findings_are_bounded():
         a.update(EventBatch("telemetry", telemetry(), "smi"))
     assert len(a.drain_findings()) == 3
     assert a.drain_findings() == []
+
+
+def test_findings_past_the_cap_are_counted_as_dropped():
+    stats = Stats()
+    a = Alarm()
+    a.MAX_PENDING_FINDINGS = 3
+    p = Pipeline(Bus(stats), Correlator(stats), [a], [InMemoryExporter()], stats, "n1")
+    for _ in range(10):
+        p.dispatch(EventBatch("telemetry", telemetry(), "smi"))
+    p.publish_snapshot()
+    assert stats.get(FINDINGS, analyzer="alarm", severity="warning") == 3
+    assert stats.get(EVENTS_DROPPED, component="analyzer.alarm", reason="findings_overflow") == 7
+    p.publish_snapshot()  # counted once
+    assert stats.get(EVENTS_DROPPED, component="analyzer.alarm", reason="findings_overflow") == 7

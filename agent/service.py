@@ -44,7 +44,7 @@ from aaco.exporters.otlp_settings import resolve as resolve_otlp
 from aaco.exporters.prometheus import PrometheusExporter
 
 from .admin import TokenAuth, load_token
-from .admin import capture as capture_action
+from .admin_actions import capture as capture_action
 from .admin_socket import AdminSocketServer
 from .config import AgentConfig, source_names
 from .errors import AacoError

@@ -52,7 +52,7 @@ from .pipeline.budget import ByteBudget
 from .pipeline.bus import Bus
 from .pipeline.correlator import Correlator
 from .pipeline.ledger import Ledger
-from .pipeline.stats import Stats
+from .pipeline.stats import Stats, declare_components
 from .pipeline.worker import Pipeline
 from .shutdown import close_exporter, close_together, dropped_at_shutdown, report
 from .sources import REGISTRY
@@ -205,6 +205,7 @@ class AgentService:
             ledger=self.ledger,
             quarantine=(lake.path / "quarantine" / name) if lake.enabled else None,
         )
+        declare_components(self.stats, [name], [])  # its error and drop counters shown at 0 from the start
         supervisor = Supervisor(name, source, ctx, on_end=self.wake.set)
         thread = threading.Thread(target=supervisor.run, name=f"aaco-source-{name}", daemon=True)
         self._sources[name] = _Running(source, cfg, ctx, thread, supervisor)
@@ -272,6 +273,7 @@ class AgentService:
                     self._admin_socket.stop()
                 raise
             self.pipeline.exporters = self.exporters
+            declare_components(self.stats, [], [e.name for e in self.exporters])
             self._worker = threading.Thread(target=self._work, name="aaco-pipeline", daemon=True)
             self._worker.start()
             if self.config.receivers.otlp.enabled:
@@ -389,6 +391,7 @@ class AgentService:
                         exp.shutdown(5.0)
                 self.exporters = fresh
                 self.pipeline.exporters = fresh
+                declare_components(self.stats, [], [e.name for e in fresh])
             if new.analyzers != old.analyzers or new.node != old.node:
                 self.pipeline.analyzers = build_analyzers(new)
             self.pipeline.node = new.node

@@ -8,6 +8,13 @@ import time
 import pytest
 
 from aaco.agent.config import load_config
+from aaco.agent.pipeline.stats import (
+    EVENTS_DROPPED,
+    EXPORT_ERRORS,
+    SOURCE_DROP_REASONS,
+    SOURCE_ERROR_REASONS,
+    SOURCE_ERRORS,
+)
 from aaco.agent.service import AgentService, State
 from aaco.exporters.testing import InMemoryExporter
 
@@ -228,3 +235,23 @@ def test_forwarders_are_labelled_by_signal_and_closed_within_the_deadline(tmp_pa
     assert svc.budget.held == 0
     (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("shutdown: not sent")]
     assert "forward:metrics 6" in line
+
+
+def test_error_and_drop_counters_are_at_zero_from_the_start(tmp_path, samples):
+    svc, mem = service_for(tmp_path, [{"type": "replay", "paths": [str(samples / "kineto")], "name": "spool"}])
+    svc.start()
+    try:
+        stats = svc.stats
+        for reason in SOURCE_ERROR_REASONS:
+            assert (SOURCE_ERRORS, ("spool", reason)) in series(stats)
+        for reason in SOURCE_DROP_REASONS:
+            assert (EVENTS_DROPPED, ("source:spool", reason)) in series(stats)
+        for exporter in ("lake", mem.name):
+            assert (EXPORT_ERRORS, (exporter,)) in series(stats)
+    finally:
+        svc.shutdown()
+
+
+def series(stats):
+    """(metric, label values) of every series the stats hold, zeros included."""
+    return {(p.metric, tuple(p.labels[k] for k in p.metric.labels)) for p in stats.points()}

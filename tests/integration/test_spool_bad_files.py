@@ -166,7 +166,7 @@ def test_bad_files_are_quarantined_and_the_spool_goes_on(tmp_path, aaco_bin, sam
     finally:
         if agent.poll() is None:
             agent.kill()
-    assert source_errors(metrics, "trace_dir") == {}
+    assert not any(source_errors(metrics, "trace_dir").values())  # every reason at 0
     assert rss < GIB
     assert read_lake(lake, "kernels").num_rows == kernels.num_rows + truth[MI250]
     assert not any(str(p) in log2.read_text() for p in [*bad, bare])

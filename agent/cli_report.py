@@ -32,11 +32,8 @@ WHY = {
 
 def lost_exports(stats: Stats) -> Counter[tuple[str, str]]:
     """Items the OTLP exporters and forwarders dropped, by (component, reason)."""
-    out: Counter[tuple[str, str]] = Counter()
-    for p in stats.points():
-        if p.metric is EVENTS_DROPPED and p.value > 0 and p.labels["component"].startswith(OTLP_COMPONENTS):
-            out[(p.labels["component"], p.labels["reason"])] += int(p.value)
-    return out
+    drops = stats.counts(EVENTS_DROPPED, ("component", "reason"))
+    return Counter({(c, r): n for (c, r), n in drops.items() if c.startswith(OTLP_COMPONENTS)})
 
 
 def report_lost(stats: Stats, console: Console) -> bool:

@@ -46,20 +46,16 @@ def close_together(closers: Sequence[tuple[str, Callable[[], object]]], deadline
     return [name for name, thread in threads if thread.is_alive()]
 
 
-def dropped_at_shutdown(stats: Stats) -> Counter[str]:
-    """Events dropped for the reason ``shutdown`` so far, by component."""
-    out: Counter[str] = Counter()
-    for point in stats.points():
-        if point.metric is EVENTS_DROPPED and point.labels["reason"] == "shutdown":
-            out[point.labels["component"]] += int(point.value)
-    return out
+def dropped_at_shutdown(stats: Stats) -> Counter[tuple[str, ...]]:
+    """Events dropped for the reason ``shutdown`` so far, by (component,)."""
+    return stats.counts(EVENTS_DROPPED, ("component",), reason="shutdown")
 
 
-def report(stats: Stats, before: Counter[str], timeout_s: float, late: list[str]) -> None:
+def report(stats: Stats, before: Counter[tuple[str, ...]], timeout_s: float, late: list[str]) -> None:
     """One line for what this shutdown could not send (nothing when everything went)."""
     lost = dropped_at_shutdown(stats)
     lost.subtract(before)
-    counts = ", ".join(f"{component} {n}" for component, n in sorted(lost.items()) if n > 0)
+    counts = ", ".join(f"{component} {n}" for (component,), n in sorted(lost.items()) if n > 0)
     if not counts and not late:
         return
     log.warning(

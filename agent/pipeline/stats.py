@@ -8,6 +8,7 @@ come from code (component names, drop reasons), never from data, and the table i
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Final
 
@@ -184,6 +185,17 @@ class Stats:
                 for (m, lv), v in self._values.items()
                 if m is metric and all(lv[i] == match[k] for k, i in idx.items())
             )
+
+    def counts(self, metric: MetricDef, by: tuple[str, ...], **match: str) -> Counter[tuple[str, ...]]:
+        """Non-zero sums of ``metric`` grouped by the labels ``by``, over the series whose labels include ``match``."""
+        idx = {k: metric.labels.index(k) for k in match}
+        keys = [metric.labels.index(k) for k in by]
+        out: Counter[tuple[str, ...]] = Counter()
+        with self._lock:
+            for (m, lv), v in self._values.items():
+                if m is metric and v and all(lv[i] == match[k] for k, i in idx.items()):
+                    out[tuple(lv[i] for i in keys)] += int(v)
+        return out
 
     def points(self) -> Iterator[MetricPoint]:
         """Every series as metric points (a consistent copy)."""

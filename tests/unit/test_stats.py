@@ -154,3 +154,16 @@ def test_declared_counters_are_on_metrics_from_the_start():
         assert f'aaco_source_errors_total{{reason="{reason}",source="replay"}} 0.0' in text
     for reason in SOURCE_DROP_REASONS:
         assert f'aaco_events_dropped_total{{component="source:replay",reason="{reason}"}} 0.0' in text
+
+
+def test_counts_group_non_zero_series_by_labels():
+    stats = Stats()
+    stats.inc(EVENTS_DROPPED, 3, component="exporter:otlp", reason="shutdown")
+    stats.inc(EVENTS_DROPPED, 2, component="forward:logs", reason="shutdown")
+    stats.inc(EVENTS_DROPPED, 5, component="exporter:otlp", reason="queue_full")
+    stats.declare(EVENTS_DROPPED, component="source:s", reason="shutdown")  # at 0: left out
+    assert stats.counts(EVENTS_DROPPED, ("component",), reason="shutdown") == {
+        ("exporter:otlp",): 3,
+        ("forward:logs",): 2,
+    }
+    assert stats.counts(EVENTS_DROPPED, ("reason",)) == {("shutdown",): 5, ("queue_full",): 5}

@@ -193,48 +193,73 @@ def load(path: Path) -> WebConfig:
     return config
 
 
-def _readable(path: Path, key: str, source: Path) -> None:
-    try:
-        with path.open("rb"):
-            pass
-    except OSError as exc:
-        raise AacoError(
-            f"cannot read the file tls_server_config.{key} names: {exc.strerror or exc}",
-            subject=path,
-            hint=f"in {source}; a relative path is relative to that file's folder",
-        ) from exc
+def server_context(
+    cert_file: Path,
+    key_file: Path,
+    ca_file: Path | None,
+    *,
+    setting: str,
+    hint: str,
+    verify_mode: ssl.VerifyMode = ssl.CERT_REQUIRED,
+    minimum: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2,
+    maximum: ssl.TLSVersion = ssl.TLSVersion.MAXIMUM_SUPPORTED,
+) -> ssl.SSLContext:
+    """A server SSLContext from PEM files; with ``ca_file``, client certificates are checked (``verify_mode``).
 
-
-def ssl_context(tls: TlsServerConfig, source: Path) -> ssl.SSLContext:
-    """A server SSLContext for ``tls`` (TLS 1.2 at least); an unreadable or bad file is an AacoError naming it."""
-    assert tls.cert_file is not None and tls.key_file is not None  # the model requires both
+    Shared by ``/metrics`` (``setting`` ``tls_server_config``) and the OTLP receiver (``receivers.otlp.tls``):
+    a file that is missing, unreadable or not PEM is an ``AacoError`` naming it and ``setting.<key>``.
+    """
+    for key, path in (("cert_file", cert_file), ("key_file", key_file), ("client_ca_file", ca_file)):
+        if path is None:
+            continue
+        try:
+            with path.open("rb"):
+                pass
+        except OSError as exc:
+            raise AacoError(
+                f"cannot read the file {setting}.{key} names: {exc.strerror or exc}", subject=path, hint=hint
+            ) from exc
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = TLS_VERSIONS[tls.min_version]
-    ctx.maximum_version = TLS_VERSIONS[tls.max_version]
-    if tls.prefer_server_cipher_suites:
-        ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
-    _readable(tls.cert_file, "cert_file", source)
-    _readable(tls.key_file, "key_file", source)
+    ctx.minimum_version = minimum
+    ctx.maximum_version = maximum
     try:
-        ctx.load_cert_chain(tls.cert_file, tls.key_file)
+        ctx.load_cert_chain(cert_file, key_file)
     except ssl.SSLError as exc:
         raise AacoError(
-            f"not a PEM certificate with its key {tls.key_file} ({exc.reason or exc})",
-            subject=tls.cert_file,
-            hint=f"tls_server_config.cert_file and key_file in {source}",
+            f"not a PEM certificate with its key {key_file} ({exc.reason or exc})",
+            subject=cert_file,
+            hint=f"{setting}.cert_file and key_file; {hint}",
         ) from exc
-    if tls.client_auth_type in VERIFYING:
-        assert tls.client_ca_file is not None  # the model requires it
-        _readable(tls.client_ca_file, "client_ca_file", source)
+    if ca_file is not None:
         try:
-            ctx.load_verify_locations(cafile=tls.client_ca_file)
+            ctx.load_verify_locations(cafile=ca_file)
         except ssl.SSLError as exc:
             raise AacoError(
                 f"no PEM CA certificate in it ({exc.reason or exc})",
-                subject=tls.client_ca_file,
-                hint=f"tls_server_config.client_ca_file in {source}",
+                subject=ca_file,
+                hint=f"{setting}.client_ca_file; {hint}",
             ) from exc
-        ctx.verify_mode = ssl.CERT_REQUIRED if tls.client_auth_type in REQUIRING else ssl.CERT_OPTIONAL
+        ctx.verify_mode = verify_mode
+    return ctx
+
+
+def ssl_context(tls: TlsServerConfig, source: Path) -> ssl.SSLContext:
+    """The SSLContext ``tls_server_config`` describes (TLS 1.2 at least; client certificates per client_auth_type)."""
+    assert tls.cert_file is not None and tls.key_file is not None  # the model requires both
+    verifying = tls.client_auth_type in VERIFYING
+    assert not verifying or tls.client_ca_file is not None  # the model requires it
+    ctx = server_context(
+        tls.cert_file,
+        tls.key_file,
+        tls.client_ca_file if verifying else None,
+        setting="tls_server_config",
+        hint=f"in {source}; a relative path is relative to that file's folder",
+        verify_mode=ssl.CERT_REQUIRED if tls.client_auth_type in REQUIRING else ssl.CERT_OPTIONAL,
+        minimum=TLS_VERSIONS[tls.min_version],
+        maximum=TLS_VERSIONS[tls.max_version],
+    )
+    if tls.prefer_server_cipher_suites:
+        ctx.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
     for key in ("cipher_suites", "curve_preferences"):
         if getattr(tls, key):
             log.warning("%s: tls_server_config.%s is ignored (Go names; OpenSSL's defaults are used)", source, key)

@@ -14,6 +14,7 @@ from pathlib import Path
 import grpc
 
 from aaco.agent.errors import AacoError
+from aaco.exporters.web_config import server_context
 
 from .config import ReceiverTlsConfig
 
@@ -33,32 +34,13 @@ def _read(path: Path, key: str) -> bytes:
 
 def http_context(tls: ReceiverTlsConfig) -> ssl.SSLContext:
     """The server context of the HTTP port (client certificates required when a client CA is set)."""
-    for key in ("cert_file", "key_file", "client_ca_file"):
-        path = getattr(tls, key)
-        if path is not None:
-            _read(path, key)  # a clear error for a missing file before ssl's terse one
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        ctx.load_cert_chain(tls.cert_file, tls.key_file)
-    except (ssl.SSLError, OSError) as exc:
-        raise AacoError(
-            f"{SETTING}.cert_file {tls.cert_file} and key_file {tls.key_file} are not a PEM certificate and its key: "
-            f"{exc}",
-            subject=tls.cert_file,
-            hint=f"set {SETTING}.cert_file and key_file to a matching PEM certificate chain and private key",
-        ) from exc
-    if tls.client_ca_file is not None:
-        try:
-            ctx.load_verify_locations(cafile=tls.client_ca_file)
-        except (ssl.SSLError, OSError) as exc:
-            raise AacoError(
-                f"{SETTING}.client_ca_file {tls.client_ca_file} is not a PEM CA bundle: {exc}",
-                subject=tls.client_ca_file,
-                hint=f"set {SETTING}.client_ca_file to the PEM certificate(s) of the CA that signs client certificates",
-            ) from exc
-        ctx.verify_mode = ssl.CERT_REQUIRED
-    return ctx
+    return server_context(
+        tls.cert_file,
+        tls.key_file,
+        tls.client_ca_file,
+        setting=SETTING,
+        hint=f"point {SETTING} at readable PEM files (mounted from a Secret in Kubernetes)",
+    )
 
 
 def grpc_credentials(tls: ReceiverTlsConfig) -> grpc.ServerCredentials:

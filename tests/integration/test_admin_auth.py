@@ -14,8 +14,6 @@ import select
 import shutil
 import signal
 import stat
-import subprocess
-import sys
 import tempfile
 import urllib.error
 import urllib.request
@@ -26,6 +24,7 @@ import yaml
 
 from aaco.agent.admin_socket import UnixHTTPConnection
 from tests.conftest import get_free_port, skip_or_fail
+from tests.support.processes import sleepers as running_sleepers
 
 from .helpers import http_get, metric_value, read_lake, run_aaco, start_aaco, wait_for
 
@@ -36,13 +35,8 @@ NOBODY = 65534
 
 @pytest.fixture
 def sleepers(tmp_path):
-    script = tmp_path / "train_sleeper.py"
-    script.write_text("import time\ntime.sleep(300)\n")
-    procs = [subprocess.Popen([sys.executable, str(script)]) for _ in range(3)]
-    yield [p.pid for p in procs]
-    for p in procs:
-        p.kill()
-        p.wait()
+    with running_sleepers(tmp_path, 3) as pids:
+        yield pids
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ import yaml
 
 from aaco.agent.sources.capture import CAPTURES, MODEL_FILE
 from tests.conftest import get_free_port
+from tests.support.processes import sleepers as running_sleepers
 
 from .helpers import http_get, metric_value, read_lake, run_aaco, start_aaco, wait_for
 
@@ -27,13 +28,8 @@ MODEL = "train_sleeper"  # what the targets' command line, python train_sleeper.
 
 @pytest.fixture
 def sleepers(tmp_path):
-    script = tmp_path / f"{MODEL}.py"
-    script.write_text("import time\ntime.sleep(300)\n")
-    procs = [subprocess.Popen([sys.executable, str(script)]) for _ in range(2)]
-    yield [p.pid for p in procs]
-    for p in procs:
-        p.kill()
-        p.wait()
+    with running_sleepers(tmp_path, 2, MODEL) as pids:
+        yield pids
 
 
 def source(tmp_path, samples, targets, interval_s, command=None, **extra):

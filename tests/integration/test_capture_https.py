@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import signal
 import ssl
-import subprocess
-import sys
 import urllib.request
 
 import pytest
@@ -13,6 +11,7 @@ import yaml
 
 from tests.conftest import get_free_port
 from tests.support.pki import make_pki
+from tests.support.processes import sleepers as running_sleepers
 
 from .helpers import run_aaco, start_aaco, wait_for
 
@@ -83,9 +82,5 @@ def test_capture_over_https_with_the_agents_ca(tmp_path, samples, aaco_bin, slee
 
 @pytest.fixture
 def sleeper_pid(tmp_path):
-    script = tmp_path / "serve_sleeper.py"
-    script.write_text("import time\ntime.sleep(300)\n")
-    proc = subprocess.Popen([sys.executable, str(script)])
-    yield proc.pid
-    proc.kill()
-    proc.wait()
+    with running_sleepers(tmp_path, 1, "serve_sleeper") as (pid,):
+        yield pid

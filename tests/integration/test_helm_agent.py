@@ -39,6 +39,20 @@ pytestmark = pytest.mark.integration
 SCRAPE_PASSWORD = "aaco-scrape-test"  # the password whose bcrypt hash ci/secure-values.yaml holds
 
 
+def local_env(tmp_path: Path, port: int, grpc_port: int = 0, http_port: int = 0) -> dict[str, str]:
+    """The pod's environment with container-only values moved to this machine: loopback, free ports, a temp lake."""
+    return {
+        **agent_env(),
+        "NODE_NAME": "ci-node",
+        "AACO_EXPORTERS_PROMETHEUS_ADDRESS": "127.0.0.1",
+        "AACO_EXPORTERS_PROMETHEUS_PORT": str(port),
+        "AACO_EXPORTERS_LAKE_PATH": str(tmp_path / "lake"),
+        "AACO_RECEIVERS_OTLP_ADDRESS": "127.0.0.1",
+        "AACO_RECEIVERS_OTLP_GRPC_PORT": str(grpc_port),
+        "AACO_RECEIVERS_OTLP_HTTP_PORT": str(http_port),
+    }
+
+
 def test_the_agent_runs_with_the_rendered_config_and_answers_the_chart_probes(
     tmp_path: Path, aaco_bin: str, samples: Path
 ):
@@ -50,17 +64,7 @@ def test_the_agent_runs_with_the_rendered_config_and_answers_the_chart_probes(
     args = rendered.container["args"]
     assert args[:2] == ["agent", "--config"]
     port = get_free_port()
-    # Container-only values moved to this machine: loopback, a free port, a temp lake; the rest as rendered.
-    env = {
-        **agent_env(),
-        "NODE_NAME": "ci-node",
-        "AACO_EXPORTERS_PROMETHEUS_ADDRESS": "127.0.0.1",
-        "AACO_EXPORTERS_PROMETHEUS_PORT": str(port),
-        "AACO_EXPORTERS_LAKE_PATH": str(tmp_path / "lake"),
-        "AACO_RECEIVERS_OTLP_ADDRESS": "127.0.0.1",
-        "AACO_RECEIVERS_OTLP_GRPC_PORT": "0",
-        "AACO_RECEIVERS_OTLP_HTTP_PORT": "0",
-    }
+    env = local_env(tmp_path, port)
     proc = start_aaco(aaco_bin, "agent", "--config", str(path), *args[3:], log=tmp_path / "agent.log", env=env)
     try:
         c = rendered.container
@@ -134,14 +138,7 @@ def test_the_agent_serves_the_secure_scenario_as_rendered(tmp_path: Path, aaco_b
     path.write_text(yaml.safe_dump(config))
     port, grpc_port, http_port = get_free_port(), get_free_port(), get_free_port()
     env = {
-        **agent_env(),
-        "NODE_NAME": "ci-node",
-        "AACO_EXPORTERS_PROMETHEUS_ADDRESS": "127.0.0.1",
-        "AACO_EXPORTERS_PROMETHEUS_PORT": str(port),
-        "AACO_EXPORTERS_LAKE_PATH": str(tmp_path / "lake"),
-        "AACO_RECEIVERS_OTLP_ADDRESS": "127.0.0.1",
-        "AACO_RECEIVERS_OTLP_GRPC_PORT": str(grpc_port),
-        "AACO_RECEIVERS_OTLP_HTTP_PORT": str(http_port),
+        **local_env(tmp_path, port, grpc_port, http_port),
         "AACO_PIPELINE_SHUTDOWN_TIMEOUT_S": "3",  # the upstream is unreachable here: do not wait for it
     }
     args = rendered.container["args"]

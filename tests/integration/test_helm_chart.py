@@ -20,7 +20,6 @@ import yaml
 
 from aaco.agent.config import AgentConfig, check_files, load_config
 from aaco.agent.sources import REGISTRY
-from tests.conftest import skip_or_fail
 from tests.support.helm_chart import (
     ALL_SCENARIOS,
     CHART_DIR,
@@ -31,6 +30,7 @@ from tests.support.helm_chart import (
     SCENARIOS,
     agent_env,
     helm,
+    kubernetes_validate,
     render,
     scenario_id,
     scenario_values,
@@ -48,15 +48,6 @@ WRITABLE_HOST_MOUNTS = {"state", "trace-spool", "captures", "dev-kfd", "dev-dri"
 @pytest.fixture(params=ALL_SCENARIOS, ids=scenario_id)
 def scenario(request: pytest.FixtureRequest) -> Path | None:
     return request.param
-
-
-def kubernetes_validate():
-    try:
-        import kubernetes_validate
-    except ImportError as exc:
-        skip_or_fail(f"kubernetes-validate is not installed ({exc}); pip install -e .[dev]")
-        raise
-    return kubernetes_validate
 
 
 def capabilities(rendered) -> set[str]:

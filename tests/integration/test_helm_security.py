@@ -20,7 +20,6 @@ import yaml
 
 from aaco.agent.admin import AdminConfig
 from aaco.exporters.otlp_settings import OtlpConfig
-from tests.conftest import skip_or_fail
 from tests.support.helm_chart import (
     CHART_DIR,
     KUBE_VERSIONS,
@@ -31,6 +30,7 @@ from tests.support.helm_chart import (
     Rendered,
     helm,
     helm_merge,
+    kubernetes_validate,
     render,
     scenario_values,
     secret_data,
@@ -67,15 +67,6 @@ def without_guards(values: dict[str, Any]) -> dict[str, Any]:
 def config_of(rendered: Rendered) -> dict[str, Any]:
     """The agent config the ConfigMap holds."""
     return yaml.safe_load(rendered.config_text())
-
-
-def kubernetes_validate():
-    try:
-        import kubernetes_validate
-    except ImportError as exc:
-        skip_or_fail(f"kubernetes-validate is not installed ({exc}); pip install -e .[dev]")
-        raise
-    return kubernetes_validate
 
 
 # -- The scenario ---------------------------------------------------------------------------------------------------

@@ -190,6 +190,16 @@ def host_paths_here(config: dict[str, Any], tmp_path: Path, samples: Path) -> di
     return config
 
 
+def kubernetes_validate() -> ModuleType:
+    """The kubernetes-validate package (a test of the chart fails without it under AACO_REQUIRE_REAL)."""
+    try:
+        import kubernetes_validate
+    except ImportError as exc:
+        skip_or_fail(f"kubernetes-validate is not installed ({exc}); pip install -e .[dev]")
+        raise
+    return kubernetes_validate
+
+
 def agent_env() -> dict[str, str]:
     """The environment without AACO_* and OTLP overrides (they would change what the config check sees)."""
     return {k: v for k, v in os.environ.items() if not k.startswith(("AACO_", "OTEL_EXPORTER_OTLP_"))}

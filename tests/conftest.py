@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 import shutil
 import socket
@@ -38,6 +39,12 @@ def aaco_bin() -> str:
     if path is None:
         pytest.fail("the aaco console script is not installed (pip install -e .)")
     return path
+
+
+def sample_bytes(path: Path) -> bytes:
+    """A sample's content, decompressed when it is stored gzip-compressed (``.gz``)."""
+    data = path.read_bytes()
+    return gzip.decompress(data) if path.suffix == ".gz" else data
 
 
 def get_free_port() -> int:

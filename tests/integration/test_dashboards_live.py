@@ -19,6 +19,7 @@ latency exemplars in Prometheus carry trace IDs of traces the OTLP receiver got.
 
 from __future__ import annotations
 
+import gzip
 import os
 import re
 import shutil
@@ -31,7 +32,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT, get_free_port, skip_or_fail
+from tests.conftest import ROOT, get_free_port, sample_bytes, skip_or_fail
 from tests.integration.helpers import http_get, start_aaco, wait_for
 from tests.support.prometheus_stack import (
     ScrapeJob,
@@ -48,7 +49,7 @@ pytestmark = pytest.mark.integration
 
 DEMO = ROOT / "examples" / "demo.yaml"
 RULES = sorted((ROOT / "dashboards" / "rules").glob("*.yaml"))
-A100 = Path("examples/data/nvidia-smi/a100-sxm4-v12.xml")
+A100 = Path("examples/data/nvidia-smi/a100-sxm4-v12.xml.gz")
 MIN_SHARE = 0.9
 DEADLINE_S = 240.0
 
@@ -92,11 +93,11 @@ def _ids_from_receiver(receiver) -> set[str]:
 def _force_uncorrectable_errors(workdir: Path) -> None:
     """The A100 now reports 2 uncorrectable DRAM ECC errors (aggregate and volatile counters)."""
     path = workdir / A100
-    text = path.read_text()
+    text = sample_bytes(path).decode()
     changed = text.replace("<dram_uncorrectable>0</dram_uncorrectable>", "<dram_uncorrectable>2</dram_uncorrectable>")
     assert changed != text, "the A100 capture no longer has the ECC counters this test changes"
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(changed)
+    tmp.write_bytes(gzip.compress(changed.encode()))
     os.replace(tmp, path)  # atomically: the agent never reads half a file
 
 

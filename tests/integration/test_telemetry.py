@@ -18,6 +18,7 @@ from aaco.agent.sources.smi import SmiSource, SmiSourceConfig
 from aaco.agent.sources.smi.backends import open_backend
 from aaco.agent.sources.smi.model import GpuIdentity
 from aaco.agent.sources.smi.pods import PodAttribution
+from tests.conftest import sample_bytes
 from tests.support.fake_kubelet import FakeKubelet, pod
 
 from .helpers import http_get, metric_value, read_lake, run_aaco, start_aaco, wait_for
@@ -138,7 +139,7 @@ node: gpu-node-1
 sources:
   - type: smi
     backend: file
-    file: {samples / "nvidia-smi" / "a100-sxm4-v12.xml"}
+    file: {samples / "nvidia-smi" / "a100-sxm4-v12.xml.gz"}
     interval_s: 0.2
     compat: dcgm
     kubelet_socket: {kubelet.socket}
@@ -198,7 +199,7 @@ pipeline: {{snapshot_interval_s: 0.2}}
     [
         ("rocm-smi/mi100_rocm602.json", "hw.temperature", {"sensor": "junction"}, 55.0),
         ("amd-smi/amd-smi-metric.json", "aaco.gpu.clock.frequency", {"clock": "graphics"}, 60e6),
-        ("nvidia-smi/a100-sxm4-v12.xml", "hw.power", {}, 67.03),
+        ("nvidia-smi/a100-sxm4-v12.xml.gz", "hw.power", {}, 67.03),
         ("sysfs/amdgpu_card0.ttar", "hw.gpu.memory.limit", {}, 8573157376),
     ],
 )
@@ -227,7 +228,7 @@ def test_cli_table_and_bad_input(samples: Path, aaco_bin: str, tmp_path: Path):
     assert f"{broken}: field card0.\"GPU use (%)\": not a number: 'busy'" in res.stderr
     assert [r["value"] for r in json.loads(res.stdout) if r["metric"] == "hw.power"] == [12.0]
     truncated = tmp_path / "cut.xml"
-    truncated.write_text((samples / "nvidia-smi" / "a100-sxm4-v12.xml").read_text()[:3000])
+    truncated.write_text(sample_bytes(samples / "nvidia-smi" / "a100-sxm4-v12.xml.gz").decode()[:3000])
     res = run_aaco(aaco_bin, "telemetry", "--from-file", str(truncated))
     assert res.returncode == 2 and f"{truncated}: not nvidia-smi XML" in res.stderr and "Traceback" not in res.stderr
     res = run_aaco(aaco_bin, "telemetry", "--backend", "nvml", "--from-file", str(truncated))

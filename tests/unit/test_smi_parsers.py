@@ -18,6 +18,7 @@ from aaco.agent.sources.smi.nvidia_smi import parse_nvidia_smi
 from aaco.agent.sources.smi.rocm_smi import parse_rocm_smi
 from aaco.agent.sources.smi.sysfs import DirTree, SysfsReader, read_sysfs
 from aaco.agent.sources.smi.values import TelemetryFormatError, number, scale
+from tests.conftest import sample_bytes
 
 from .smi_fakes import fail_reads_of
 
@@ -148,8 +149,8 @@ def test_amd_smi_malformed_fields_are_named(samples: Path):
 
 
 def test_nvidia_smi_acceptance_values(samples: Path):
-    path = samples / "nvidia-smi" / "a100-sxm4-v12.xml"
-    snap = parse_nvidia_smi(path.read_bytes(), str(path))
+    path = samples / "nvidia-smi" / "a100-sxm4-v12.xml.gz"
+    snap = parse_nvidia_smi(sample_bytes(path), str(path))
     assert len(snap.gpus) == 1
     assert value(snap, "0", "hw.temperature", sensor="edge") == 27.0
     assert value(snap, "0", "hw.power") == 67.03
@@ -171,7 +172,7 @@ def test_nvidia_smi_acceptance_values(samples: Path):
 
 
 def test_nvidia_smi_active_clock_event_reasons(samples: Path):
-    text = (samples / "nvidia-smi" / "a100-sxm4-v12.xml").read_text()
+    text = sample_bytes(samples / "nvidia-smi" / "a100-sxm4-v12.xml.gz").decode()
     text = text.replace(
         "<clocks_event_reason_sw_power_cap>Not Active<", "<clocks_event_reason_sw_power_cap>Active<"
     ).replace(
@@ -184,9 +185,8 @@ def test_nvidia_smi_active_clock_event_reasons(samples: Path):
 
 
 def test_nvidia_smi_bad_input(samples: Path):
-    text = (
-        (samples / "nvidia-smi" / "a100-sxm4-v12.xml").read_text().replace("<power_draw>67.03 W<", "<power_draw>x W<")
-    )
+    text = sample_bytes(samples / "nvidia-smi" / "a100-sxm4-v12.xml.gz").decode()
+    text = text.replace("<power_draw>67.03 W<", "<power_draw>x W<")
     snap = parse_nvidia_smi(text, "n.xml")
     assert [str(p) for p in snap.problems] == ["n.xml: field gpu[0]/gpu_power_readings/power_draw: not a number: 'x W'"]
     with pytest.raises(TelemetryFormatError, match=r"n\.xml: not nvidia-smi XML"):
@@ -426,12 +426,12 @@ def test_sysfs_reader_reports_bad_dpm_lines_every_sample(sysfs_root: Path):
     [
         ("amd-smi/amd-smi-metric.json", "amd-smi", 1),
         ("rocm-smi/mi100_rocm602.json", "rocm-smi", 4),
-        ("nvidia-smi/a100-sxm4-v12.xml", "nvidia-smi", 1),
+        ("nvidia-smi/a100-sxm4-v12.xml.gz", "nvidia-smi", 1),
         ("sysfs/amdgpu_card0.ttar", "sysfs", 1),
     ],
 )
 def test_captures_are_recognised_by_content(samples: Path, rel: str, fmt: str, gpus: int):
-    assert sniff((samples / rel).read_bytes()) == fmt
+    assert sniff(sample_bytes(samples / rel)) == fmt
     snap = read_capture(samples / rel)
     assert (snap.format, len(snap.gpus)) == (fmt, gpus)
 
@@ -473,7 +473,7 @@ def test_numbers_units_and_pci_addresses():
 
 
 def test_rows_carry_identity_units_and_pods(samples: Path):
-    snap = read_capture(samples / "nvidia-smi" / "a100-sxm4-v12.xml")
+    snap = read_capture(samples / "nvidia-smi" / "a100-sxm4-v12.xml.gz")
     table = to_table(snap.gpus, ts_ns=7, node="n1", source="smi", extra={"0": {"k8s.pod.name": "p"}})
     rows = table.to_pylist()
     power = next(r for r in rows if r["metric"] == "hw.power")
@@ -488,3 +488,19 @@ def test_rows_carry_identity_units_and_pods(samples: Path):
     from aaco.agent.pipeline.schemas import conform
 
     assert conform("telemetry", table).num_rows == len(rows)
+
+
+def test_gzip_captures_are_bounded_and_damage_is_named(samples: Path, tmp_path: Path):
+    packed = (samples / "nvidia-smi" / "a100-sxm4-v12.xml.gz").read_bytes()
+    raw = sample_bytes(samples / "nvidia-smi" / "a100-sxm4-v12.xml.gz")
+    with pytest.raises(TelemetryFormatError, match="limit once decompressed"):
+        read_capture(samples / "nvidia-smi" / "a100-sxm4-v12.xml.gz", max_bytes=len(raw) - 1)
+    cut = tmp_path / "cut.xml.gz"
+    cut.write_bytes(packed[: len(packed) // 2])
+    with pytest.raises(TelemetryFormatError, match="cut gzip") as exc:
+        read_capture(cut)
+    assert exc.value.subject == str(cut)
+    flipped = tmp_path / "flipped.xml.gz"
+    flipped.write_bytes(packed[:20] + bytes(b ^ 0xFF for b in packed[20:40]) + packed[40:])
+    with pytest.raises(TelemetryFormatError, match=r"damaged gzip|cut gzip"):
+        read_capture(flipped)

@@ -219,7 +219,7 @@ def test_source_publishes_live_telemetry_and_reports_bad_fields(samples: Path, t
 
 def test_source_marks_gpus_down_when_the_capture_breaks(samples: Path, tmp_path: Path):
     cap = tmp_path / "n.xml"
-    cap.write_bytes((samples / "nvidia-smi" / "a100-sxm4-v12.xml").read_bytes())
+    cap.write_bytes((samples / "nvidia-smi" / "a100-sxm4-v12.xml.gz").read_bytes())
     src = SmiSource(SmiSourceConfig(backend="file", file=cap, kubelet_socket=None), "smi")
     ctx = context()
     src.backend = open_backend("file", src.options)

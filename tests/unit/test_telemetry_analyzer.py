@@ -52,7 +52,7 @@ def test_latest_value_per_series_with_labels(samples: Path):
 
 
 def test_newer_readings_win_and_pod_changes_move_labels(samples: Path):
-    path = samples / "nvidia-smi" / "a100-sxm4-v12.xml"
+    path = samples / "nvidia-smi" / "a100-sxm4-v12.xml.gz"
     a = TelemetryAnalyzer()
     a.update(batch(path, 2_000, pods={"0": {"k8s.pod.name": "train-1", "k8s.namespace.name": "ml"}}))
     a.update(batch(path, 1_000, pods={"0": {"k8s.pod.name": "old", "k8s.namespace.name": "ml"}}))  # late, older
@@ -84,13 +84,13 @@ def test_bounded_series_and_unknown_metrics_are_counted(samples: Path):
 def test_stale_series_are_forgotten(samples: Path):
     a = TelemetryAnalyzer(stale_after_s=10)
     a.update(batch(samples / "rocm-smi" / "mi100_rocm602.json", 1_000_000_000, source="old"))
-    a.update(batch(samples / "nvidia-smi" / "a100-sxm4-v12.xml", 20_000_000_000, source="new"))
+    a.update(batch(samples / "nvidia-smi" / "a100-sxm4-v12.xml.gz", 20_000_000_000, source="new"))
     assert {s.source for s in a.snapshot().series} == {"new"}
 
 
 def test_dcgm_compatibility_names_and_units(samples: Path):
     a = TelemetryAnalyzer(compat={"smi": "auto"})
-    a.update(batch(samples / "nvidia-smi" / "a100-sxm4-v12.xml", 1, pods={"0": {"k8s.pod.name": "p"}}))
+    a.update(batch(samples / "nvidia-smi" / "a100-sxm4-v12.xml.gz", 1, pods={"0": {"k8s.pod.name": "p"}}))
     pts = points(a.snapshot())
     assert find(pts, "DCGM_FI_DEV_GPU_TEMP") == 27.0
     assert find(pts, "DCGM_FI_DEV_POWER_USAGE") == 67.03
@@ -187,7 +187,7 @@ def test_repeated_rows_count_their_drops_and_bring_back_expired_series(samples: 
     a.update(EventBatch("telemetry", odd, "smi"))
     a.update(with_values(EventBatch("telemetry", odd, "smi"), 2, 1.0))
     assert find(points(a.snapshot()), "aaco_telemetry_series_dropped", reason="unknown_metric") == 2
-    a.update(batch(samples / "nvidia-smi" / "a100-sxm4-v12.xml", 20_000_000_000, source="other"))
+    a.update(batch(samples / "nvidia-smi" / "a100-sxm4-v12.xml.gz", 20_000_000_000, source="other"))
     assert {s.source for s in a.snapshot().series} == {"other"}  # the smi series expired
     a.update(with_values(EventBatch("telemetry", odd, "smi"), 21_000_000_000, 2.0))
     res = a.snapshot()

@@ -249,7 +249,7 @@ def test_real_amd_smi_sample_is_throttled_without_a_reason_at_idle(samples: Path
 
 def test_real_nvidia_smi_sample_is_not_throttled(samples: Path):
     a = ThrottleAnalyzer()
-    a.update(smi_batch(samples / "nvidia-smi" / "a100-sxm4-v12.xml", T0))  # clocks_event_reasons: Not Active
+    a.update(smi_batch(samples / "nvidia-smi" / "a100-sxm4-v12.xml.gz", T0))  # clocks_event_reasons: Not Active
     res = a.snapshot()
     assert res.to_dict()["gpus"] and all(g["throttled"] == [] for g in res.to_dict()["gpus"])
     assert a.drain_findings() == []

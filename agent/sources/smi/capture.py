@@ -1,14 +1,16 @@
 """The ``file`` backend's reader: a captured tool output or sysfs tree, recognised by content.
 
 ``amd-smi metric --json`` (a JSON list, or ``{"gpu_data": [...]}``), ``rocm-smi --json``
-(``{"card0": {...}}``), ``nvidia-smi -q -x`` (XML) and a sysfs tree as a ttar archive. The file is
-read again at every sample (a capture that another process rewrites shows its new values; a
-truncated or malformed one is reported with its name and the field at fault).
+(``{"card0": {...}}``), ``nvidia-smi -q -x`` (XML) and a sysfs tree as a ttar archive, each as it is or
+gzip-compressed (decompressed within the same byte limit). The file is read again at every sample (a
+capture that another process rewrites shows its new values; a truncated or malformed one is reported
+with its name and the field at fault).
 """
 
 from __future__ import annotations
 
 import os
+import zlib
 from pathlib import Path
 from typing import Final
 
@@ -23,6 +25,7 @@ from .sysfs import ArchiveTree, read_sysfs
 from .values import TelemetryFormatError
 
 MAX_CAPTURE_BYTES: Final = 64 * 1024 * 1024
+GZIP_MAGIC: Final = b"\x1f\x8b"
 FORMATS: Final = ("amd-smi", "rocm-smi", "nvidia-smi", "sysfs")
 
 
@@ -55,6 +58,8 @@ def read_capture(path: Path, max_bytes: int = MAX_CAPTURE_BYTES) -> Snapshot:
         raise TelemetryFormatError("is a directory, expected a capture file", subject=subject) from exc
     except OSError as exc:
         raise TelemetryFormatError(f"cannot read: {exc.strerror or exc}", subject=subject) from exc
+    if data.startswith(GZIP_MAGIC):
+        data = _gunzip(data, max_bytes, subject)
     kind = sniff(data)
     if kind == "nvidia-smi":
         return parse_nvidia_smi(data, subject)
@@ -74,3 +79,17 @@ def read_capture(path: Path, max_bytes: int = MAX_CAPTURE_BYTES) -> Snapshot:
         "not a telemetry capture: expected amd-smi or rocm-smi JSON, nvidia-smi XML, or a sysfs ttar archive",
         subject=subject,
     )
+
+
+def _gunzip(data: bytes, max_bytes: int, subject: str) -> bytes:
+    """A gzip capture decompressed, refused past ``max_bytes`` or when damaged."""
+    d = zlib.decompressobj(31)
+    try:
+        out = d.decompress(data, max_bytes + 1)
+    except zlib.error as exc:
+        raise TelemetryFormatError(f"damaged gzip: {exc}", subject=subject) from exc
+    if len(out) > max_bytes:
+        raise TelemetryFormatError(f"more than the {max_bytes}-byte limit once decompressed", subject=subject)
+    if not d.eof:
+        raise TelemetryFormatError("cut gzip: the compressed stream ends early", subject=subject)
+    return out

@@ -1,5 +1,5 @@
 """``python -m aaco.agent``: the ``aaco`` command line, for hosts where the console script is not installed."""
 
-from .cli import main
+from aaco.agent.cli import main
 
 main()

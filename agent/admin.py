@@ -32,10 +32,10 @@ from pathlib import Path
 
 from pydantic import Field, NonNegativeInt
 
-from .config_base import StrictModel
-from .errors import AacoError
-from .pipeline.signals import define
-from .pipeline.stats import Stats
+from aaco.contract.config_base import StrictModel
+from aaco.contract.errors import AacoError
+from aaco.contract.signals import define
+from aaco.contract.stats import Stats
 
 log = logging.getLogger("aaco.admin")
 

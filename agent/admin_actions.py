@@ -9,10 +9,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .admin import ADMIN_REQUESTS
-from .pipeline.stats import Stats
-from .sources.base import Source
-from .sources.capture import CaptureSource, Outcome
+from aaco.agent.admin import ADMIN_REQUESTS
+from aaco.agent.sources.base import Source
+from aaco.agent.sources.capture import CaptureSource, Outcome
+from aaco.contract.stats import Stats
 
 log = logging.getLogger("aaco.admin")
 

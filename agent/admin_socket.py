@@ -27,9 +27,9 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-from .admin import ADMIN_REQUESTS, TokenAuth
-from .errors import AacoError
-from .pipeline.stats import Stats
+from aaco.agent.admin import ADMIN_REQUESTS, TokenAuth
+from aaco.contract.errors import AacoError
+from aaco.contract.stats import Stats
 
 log = logging.getLogger("aaco.admin")
 

@@ -15,24 +15,23 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from aaco.analyzers.base import AnalyzerResult
+from aaco.agent.environment import differences, environment
+from aaco.agent.lake_read import Lake, read_lake
 from aaco.analyzers.baseline import FORMAT, model_profile, models_of
-
-from .environment import differences, environment
-from .errors import AacoError
-from .lake_read import Lake, read_lake
+from aaco.contract.errors import AacoError
+from aaco.contract.snapshot import AnalyzerResult
 
 BASELINE_FILE = "baseline.json"
 
 
 def analyze(lake: Lake) -> dict[str, AnalyzerResult]:
     """Every analyzer's result over the whole lake, as the agent would have computed it."""
-    from .config import AgentConfig
-    from .pipeline.bus import Bus
-    from .pipeline.correlator import Correlator
-    from .pipeline.stats import Stats
-    from .pipeline.worker import Pipeline
-    from .service import build_analyzers
+    from aaco.agent.config import AgentConfig
+    from aaco.agent.pipeline.bus import Bus
+    from aaco.agent.pipeline.correlator import Correlator
+    from aaco.agent.pipeline.worker import Pipeline
+    from aaco.agent.service import build_analyzers
+    from aaco.contract.stats import Stats
 
     nodes = lake.nodes()
     config = AgentConfig(node=nodes[0] if nodes else "lake")

@@ -28,12 +28,12 @@ import typer.rich_utils
 from rich.console import Console
 from rich.table import Table
 
-from . import __version__
-from .errors import AacoError, ConfigError
+from aaco.agent import __version__
+from aaco.contract.errors import AacoError, ConfigError
 
 if TYPE_CHECKING:  # the config, the service and its sources cost ~0.8 s to import: each command imports its own
-    from .config import AgentConfig
-    from .service import AgentService
+    from aaco.agent.config import AgentConfig
+    from aaco.agent.service import AgentService
 
 app = typer.Typer(
     name="aaco",
@@ -156,7 +156,7 @@ def _report_problems(service: AgentService) -> bool:
 
     The events read from a damaged file are kept; bad rows inside a readable file are warnings.
     """
-    from .sources.ingest import DAMAGED
+    from aaco.agent.sources.ingest import DAMAGED
 
     errors = [p for p in service.problems if p.fatal or p.reason in DAMAGED]
     for p in errors:
@@ -197,10 +197,10 @@ def run(
 ) -> None:
     """Run an ONNX model under ONNX Runtime with profiling, analyse it, write the lake, print a summary."""
     setup_logging(log_level)
-    from .cli_report import summary_table
-    from .config import load_config
-    from .run.models import load_model, resolve_model
-    from .run.session import resolve_provider
+    from aaco.agent.cli_report import summary_table
+    from aaco.agent.config import load_config
+    from aaco.agent.run.models import load_model, resolve_model
+    from aaco.agent.run.session import resolve_provider
 
     try:
         model_path = resolve_model(model)
@@ -262,8 +262,8 @@ def _run_service(
     report_input: bool = True,
 ) -> AgentService:
     """Run the service until stopped (or done); with ``report_input``, say what OTLP lost; exit 2 on damaged input."""
-    from .cli_report import report_lost
-    from .service import AgentService, run_until_stopped
+    from aaco.agent.cli_report import report_lost
+    from aaco.agent.service import AgentService, run_until_stopped
 
     keep_pandas_out()
     bars = RichProgress(err_console) if progress and err_console.is_terminal else None
@@ -329,10 +329,10 @@ def replay(
 ) -> None:
     """Push trace files through the pipeline: lake, analysis, metrics and traces as if live."""
     setup_logging(log_level)
-    from .cli_report import lost_exports, summary_table
-    from .config import load_config
-    from .pipeline.stats import Stats
-    from .sources.formats import expand, recognise
+    from aaco.agent.cli_report import lost_exports, summary_table
+    from aaco.agent.config import load_config
+    from aaco.agent.sources.formats import expand, recognise
+    from aaco.contract.stats import Stats
 
     bad = []
     files = expand(paths)
@@ -405,7 +405,7 @@ def agent(
     ] = None,
 ) -> None:
     """Run the long-lived agent (DaemonSet mode) until SIGTERM/SIGINT; SIGHUP reloads the config file."""
-    from .config import load_config
+    from aaco.agent.config import load_config
 
     overrides: dict[str, Any] = {}
     prometheus: dict[str, Any] = {}
@@ -449,7 +449,7 @@ def config_check(
     file: Annotated[Path, typer.Argument(help="The YAML configuration to validate.")],
 ) -> None:
     """Validate a configuration (with AACO_* environment overrides) and list every error with its path."""
-    from .config import load_config
+    from aaco.agent.config import load_config
 
     try:
         cfg = load_config(file)
@@ -463,7 +463,7 @@ def config_check(
 @config_app.command("example")
 def config_example() -> None:
     """Print an annotated configuration with every key, its default and what it does."""
-    from .config_doc import example_config
+    from aaco.agent.config_doc import example_config
 
     typer.echo(example_config(), nl=False)
 
@@ -474,9 +474,8 @@ def graph(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Summarise an ONNX graph: all nodes and the nodes that run (KAR's denominator, docs/kar.md), ops, opsets."""
-    from aaco.analyzers.graph import summarize
-
-    from .run.models import load_model
+    from aaco.agent.run.models import load_model
+    from aaco.agent.sources.onnx_graph import summarize
 
     try:
         summary = summarize(load_model(model))
@@ -508,7 +507,7 @@ def metrics(
     markdown: Annotated[bool, typer.Option("--markdown", help="Print the table of docs/metrics.md.")] = False,
 ) -> None:
     """List every metric the agent exports: Prometheus and OpenTelemetry names, type, unit, labels."""
-    from .metrics_doc import all_metrics, markdown_table, prom_exposed_name
+    from aaco.agent.metrics_doc import all_metrics, markdown_table, prom_exposed_name
 
     if markdown:
         typer.echo(markdown_table())

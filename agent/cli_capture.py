@@ -18,10 +18,10 @@ from typing import Annotated
 
 import typer
 
-from .admin import DEFAULT_TOKEN_FILE, read_token
-from .admin_socket import UnixHTTPConnection
-from .cli import app, err_console, out_console
-from .errors import AacoError
+from aaco.agent.admin import DEFAULT_TOKEN_FILE, read_token
+from aaco.agent.admin_socket import UnixHTTPConnection
+from aaco.agent.cli import app, err_console, out_console
+from aaco.contract.errors import AacoError
 
 TIMEOUT_S = 10.0
 

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from .pipeline.stats import EVENTS_DROPPED, Stats
+from aaco.contract.stats import EVENTS_DROPPED, Stats
 
 if TYPE_CHECKING:
-    from .service import AgentService
+    from aaco.agent.service import AgentService
 
 OTLP_COMPONENTS = ("exporter:otlp", "forward:")  # exporter:otlp_metrics included
 UNITS = {"exporter:otlp": "span(s)", "exporter:otlp_metrics": "metric point(s)", "forward:logs": "log record(s)"}

@@ -13,8 +13,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from .cli import _fail, app, err_console, out_console, setup_logging
-from .errors import AacoError
+from aaco.agent.cli import _fail, app, err_console, out_console, setup_logging
+from aaco.contract.errors import AacoError
 
 FIELDS = (
     "context_switches",
@@ -30,8 +30,8 @@ FIELDS = (
 
 def _check_pids(pids: list[int]) -> list[int]:
     """The processes of ``pids`` (a thread id stands for its process); a missing one is an error."""
-    from .sources.sched_proc import alive
-    from .sources.sched_targets import tgid_of
+    from aaco.agent.sources.sched_proc import alive
+    from aaco.agent.sources.sched_targets import tgid_of
 
     out: list[int] = []
     for pid in pids:
@@ -90,12 +90,11 @@ def sched(
     setup_logging(log_level)
     from pydantic import ValidationError
 
+    from aaco.agent.sources.sched import SchedCollector, SchedSourceConfig
+    from aaco.agent.sources.sched_proc import alive
     from aaco.analyzers.sched import SchedAnalyzer
-
-    from .pipeline.schemas import EventBatch, conform
-    from .sources.sched import SchedCollector, SchedSourceConfig
-    from .sources.sched_proc import alive
-    from .sources.sched_rows import drain_to_table
+    from aaco.contract.sched import drain_to_table
+    from aaco.contract.schemas import EventBatch, conform
 
     try:
         if bool(pid) == all_tasks:

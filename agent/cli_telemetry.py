@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from .cli import _fail, app, err_console, out_console
-from .errors import AacoError
+from aaco.agent.cli import _fail, app, err_console, out_console
+from aaco.contract.errors import AacoError
 
 if TYPE_CHECKING:  # the smi package imports every source (~0.4 s): imported when the command runs
-    from .sources.smi.model import Snapshot
+    from aaco.contract.telemetry import Snapshot
 
 
 def readings(snap: Snapshot) -> list[dict[str, object]]:
     """The ``--json`` form: ``{"device", "metric", "value", "unit", "attributes"}`` per reading."""
-    from .sources.smi.model import to_table
+    from aaco.contract.telemetry import to_table
 
     table = to_table(snap.gpus, ts_ns=0, node="", source="")
     out = []
@@ -73,9 +73,9 @@ def telemetry(
 
     Values are in base units (ratios 0..1, bytes, W, J, Celsius, Hz) under their OpenTelemetry names.
     """
-    from .sources.smi.backends import BACKENDS, BackendOptions, open_backend
-    from .sources.smi.calls import BackendError
-    from .sources.smi.values import TelemetryFormatError
+    from aaco.agent.sources.smi.backends import BACKENDS, BackendOptions, open_backend
+    from aaco.agent.sources.smi.calls import BackendError
+    from aaco.agent.sources.smi.values import TelemetryFormatError
 
     try:
         if backend not in BACKENDS:

@@ -14,8 +14,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from .cli import _fail, app, err_console, out_console
-from .errors import AacoError
+from aaco.agent.cli import _fail, app, err_console, out_console
+from aaco.contract.errors import AacoError
 
 baseline_app = typer.Typer(help="Record a lake's performance baseline for later aaco diff.", no_args_is_help=True)
 app.add_typer(baseline_app, name="baseline")
@@ -47,8 +47,8 @@ def baseline_save(
 
     The environment: GPU, driver, ROCm/CUDA, ONNX Runtime versions, clocks.
     """
-    from .baselines import BASELINE_FILE, build_baseline, save_baseline
-    from .lake_read import read_lake
+    from aaco.agent.baselines import BASELINE_FILE, build_baseline, save_baseline
+    from aaco.agent.lake_read import read_lake
 
     try:
         doc = build_baseline(read_lake(lake), models=model or None, machine=not no_machine)
@@ -118,9 +118,9 @@ def diff(
 
     Warns when the environment (GPU, driver, versions, clocks) differs from the baseline's.
     """
-    from .baselines import diff as judge
-    from .baselines import load_baseline
-    from .lake_read import read_lake
+    from aaco.agent.baselines import diff as judge
+    from aaco.agent.baselines import load_baseline
+    from aaco.agent.lake_read import read_lake
 
     try:
         base = load_baseline(baseline, machine=not no_machine)

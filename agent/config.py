@@ -31,15 +31,14 @@ from pydantic import (
     model_validator,
 )
 
+from aaco.agent.admin import AdminConfig
+from aaco.agent.receivers.config import OtlpReceiverConfig
+from aaco.agent.sources import REGISTRY
+from aaco.contract.config_base import StrictModel
+from aaco.contract.errors import ConfigError
 from aaco.exporters.lake import LakeConfig
 from aaco.exporters.otlp_settings import OtlpConfig
 from aaco.exporters.prometheus import PrometheusConfig
-
-from .admin import AdminConfig
-from .config_base import StrictModel
-from .errors import ConfigError
-from .receivers.config import OtlpReceiverConfig
-from .sources import REGISTRY
 
 ENV_PREFIX = "AACO_"
 

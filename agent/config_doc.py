@@ -14,8 +14,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import to_jsonable_python
 
-from .config import AgentConfig
-from .sources import REGISTRY
+from aaco.agent.config import AgentConfig
+from aaco.agent.sources import REGISTRY
 
 HEADER = """\
 # AACO agent configuration: every key, its default and what it does.

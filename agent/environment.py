@@ -33,9 +33,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco.agent.sources.smi import model as tm
-
-from .lake_read import Lake
+from aaco.agent.lake_read import Lake
+from aaco.contract import telemetry as tm
 
 ORT_DISTRIBUTIONS = ("onnxruntime", "onnxruntime-gpu", "onnxruntime-rocm", "onnxruntime-training")
 CLOCK_TOLERANCE = 0.02  # clocks within 2 % are the same setting (sampling noise, DPM steps)

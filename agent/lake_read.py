@@ -20,8 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .errors import AacoError
-from .pipeline.schemas import SCHEMAS, TIME_COLUMN, EventBatch, conform
+from aaco.contract.errors import AacoError
+from aaco.contract.schemas import SCHEMAS, TIME_COLUMN, EventBatch, conform
 
 ANALYZED_KINDS = ("telemetry", "sched", "iterations", "kernels")  # findings are output, not input
 FEED_ROWS = 16_384

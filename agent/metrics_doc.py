@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from aaco.agent.pipeline.signals import METRICS, MetricDef
+from aaco.contract.signals import METRICS, MetricDef
 
 BEGIN = "<!-- BEGIN GENERATED: aaco metrics --markdown -->"
 END = "<!-- END GENERATED -->"

@@ -27,8 +27,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from aaco.agent.admin import TokenAuth, load_token
+from aaco.agent.admin_actions import capture as capture_action
+from aaco.agent.admin_socket import AdminSocketServer
+from aaco.agent.config import AgentConfig, source_names
+from aaco.agent.pipeline.bus import Bus
+from aaco.agent.pipeline.correlator import Correlator
+from aaco.agent.pipeline.worker import Pipeline
+from aaco.agent.shutdown import close_exporter, close_together, dropped_at_shutdown, report
+from aaco.agent.sources import REGISTRY
+from aaco.agent.sources.base import Journal, NullProgress, Problem, Progress, Source, SourceContext
+from aaco.agent.sources.capture import CaptureConfig
+from aaco.agent.sources.supervise import Supervisor
 from aaco.analyzers.activity import ActivityAnalyzer
-from aaco.analyzers.base import AnalysisSnapshot, Analyzer
+from aaco.analyzers.base import Analyzer
 from aaco.analyzers.bottleneck import BottleneckAnalyzer
 from aaco.analyzers.drift_analyzer import DriftAnalyzer
 from aaco.analyzers.families import FamiliesAnalyzer
@@ -38,27 +50,15 @@ from aaco.analyzers.launch import LaunchAnalyzer
 from aaco.analyzers.sched import SchedAnalyzer
 from aaco.analyzers.telemetry import TelemetryAnalyzer
 from aaco.analyzers.throttle import ThrottleAnalyzer
+from aaco.contract.budget import ByteBudget
+from aaco.contract.errors import AacoError
+from aaco.contract.ledger import Ledger
+from aaco.contract.snapshot import AnalysisSnapshot
+from aaco.contract.stats import Stats, declare_components
 from aaco.exporters.base import Exporter
 from aaco.exporters.lake import LakeExporter
 from aaco.exporters.otlp_settings import resolve as resolve_otlp
 from aaco.exporters.prometheus import PrometheusExporter
-
-from .admin import TokenAuth, load_token
-from .admin_actions import capture as capture_action
-from .admin_socket import AdminSocketServer
-from .config import AgentConfig, source_names
-from .errors import AacoError
-from .pipeline.budget import ByteBudget
-from .pipeline.bus import Bus
-from .pipeline.correlator import Correlator
-from .pipeline.ledger import Ledger
-from .pipeline.stats import Stats, declare_components
-from .pipeline.worker import Pipeline
-from .shutdown import close_exporter, close_together, dropped_at_shutdown, report
-from .sources import REGISTRY
-from .sources.base import Journal, NullProgress, Problem, Progress, Source, SourceContext
-from .sources.capture import CaptureConfig
-from .sources.supervise import Supervisor
 
 log = logging.getLogger("aaco.service")
 
@@ -289,10 +289,9 @@ class AgentService:
             )
 
     def _start_receiver(self) -> None:
+        from aaco.agent.receivers.otlp import OtlpReceiver
         from aaco.exporters.otlp_sender import OtlpSender
         from aaco.exporters.otlp_traces import OtlpTraceExporter, rejected_spans
-
-        from .receivers.otlp import OtlpReceiver
 
         traces = self.exporter(OtlpTraceExporter)
         assert isinstance(traces, OtlpTraceExporter)

@@ -17,9 +17,8 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+from aaco.contract.stats import EVENTS_DROPPED, Stats
 from aaco.exporters.base import Exporter
-
-from .pipeline.stats import EVENTS_DROPPED, Stats
 
 log = logging.getLogger("aaco.service")
 GRACE_S = 0.5  # for a closer that stopped at the deadline to return and count what it dropped

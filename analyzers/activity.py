@@ -19,11 +19,10 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from aaco.agent.pipeline.schemas import EventBatch
-from aaco.agent.pipeline.signals import MetricPoint, PointBuilder, define
-
-from .base import Analyzer
-from .grouping import group
+from aaco.analyzers.base import Analyzer
+from aaco.analyzers.grouping import group
+from aaco.contract.schemas import EventBatch
+from aaco.contract.signals import MetricPoint, PointBuilder, define
 
 ACTIVE_RATIO = define(
     "aaco.gpu.active_ratio",

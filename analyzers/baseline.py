@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .kernels import FAMILIES, families
+from aaco.contract.kernels import FAMILIES, families
 
 FORMAT: Final = "aaco-baseline/1"
 MAX_SAMPLES: Final = 10_000

@@ -28,12 +28,12 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from aaco.agent.pipeline.schemas import EventBatch
-from aaco.agent.pipeline.signals import MetricPoint, PointBuilder, define
-
-from .base import AnalyzerResult, DerivedAnalyzer, Finding, ratio
-from .bottleneck_rules import CLASSES, UNKNOWN, Classification, classify
-from .grouping import group
+from aaco.analyzers.base import DerivedAnalyzer, ratio
+from aaco.analyzers.bottleneck_rules import CLASSES, UNKNOWN, Classification, classify
+from aaco.analyzers.grouping import group
+from aaco.contract.schemas import EventBatch
+from aaco.contract.signals import MetricPoint, PointBuilder, define
+from aaco.contract.snapshot import AnalyzerResult, Finding
 
 BOTTLENECK_CLASS = define(
     "aaco.bottleneck.class",
@@ -302,7 +302,7 @@ def _telemetry(result: AnalyzerResult | None, node: str, m: _Model, active: floa
     series = getattr(result, "series", None)
     if not series or not m.devices:
         return {}
-    from aaco.agent.sources.smi import model as tm
+    from aaco.contract import telemetry as tm
 
     util: dict[str, list[float]] = {}
     mem: list[float] = []

@@ -38,12 +38,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco.agent.pipeline.schemas import EventBatch
-from aaco.agent.pipeline.signals import MetricPoint, PointBuilder, define
-
-from .base import Analyzer, Finding
-from .drift import DETECTORS, ChangePoint
-from .grouping import group
+from aaco.analyzers.base import Analyzer
+from aaco.analyzers.drift import DETECTORS, ChangePoint
+from aaco.analyzers.grouping import group
+from aaco.contract.schemas import EventBatch
+from aaco.contract.signals import MetricPoint, PointBuilder, define
+from aaco.contract.snapshot import Finding
 
 DRIFT_ACTIVE = define(
     "aaco.drift.active",

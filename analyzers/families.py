@@ -19,12 +19,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco.agent.pipeline.schemas import EventBatch
-from aaco.agent.pipeline.signals import MetricPoint, PointBuilder, define
-
-from .base import Analyzer, ratio
-from .grouping import group
-from .kernels import FAMILIES, families
+from aaco.analyzers.base import Analyzer, ratio
+from aaco.analyzers.grouping import group
+from aaco.contract.kernels import FAMILIES, families
+from aaco.contract.schemas import EventBatch
+from aaco.contract.signals import MetricPoint, PointBuilder, define
 
 FAMILY_SECONDS = define(
     "aaco.kernel.family.time",

@@ -1,7 +1,7 @@
 """Kernel amplification ratio (KAR): kernels launched per iteration over the model's graph nodes that run.
 
 ``KAR = (kernels in iterations of the model / iterations of the model) / running graph nodes``. The
-running nodes (``analyzers.graph``, rule in docs/kar.md) are the nodes of the model, subgraphs
+running nodes (``agent.sources.onnx_graph``, rule in docs/kar.md) are the nodes of the model, subgraphs
 included, less those ONNX Runtime folds at load (constant folding), which launch no work. The
 source that knows the model carries them on the iteration rows as ``graph_nodes`` (the ``ort``
 source counts them so). Only ``kind == "kernel"`` events count (copies and memsets are not launches
@@ -18,11 +18,10 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from aaco.agent.pipeline.schemas import EventBatch
-from aaco.agent.pipeline.signals import MetricPoint, PointBuilder, define
-
-from .base import Analyzer, ratio
-from .grouping import group
+from aaco.analyzers.base import Analyzer, ratio
+from aaco.analyzers.grouping import group
+from aaco.contract.schemas import EventBatch
+from aaco.contract.signals import MetricPoint, PointBuilder, define
 
 KAR_RATIO = define(
     "aaco.kar",

@@ -14,10 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from aaco.agent.pipeline.schemas import EventBatch
-from aaco.agent.pipeline.signals import LATENCY_BUCKETS, HistogramValue, MetricPoint, PointBuilder, define
-
-from .base import Analyzer
+from aaco.analyzers.base import Analyzer
+from aaco.contract.schemas import EventBatch
+from aaco.contract.signals import LATENCY_BUCKETS, HistogramValue, MetricPoint, PointBuilder, define
 
 ITERATION_LATENCY = define(
     "aaco.iteration.duration",

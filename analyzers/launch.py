@@ -22,12 +22,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco.agent.pipeline.schemas import EventBatch
-from aaco.agent.pipeline.signals import MetricPoint, PointBuilder, define
-
-from .base import Analyzer, ratio
-from .grouping import group
-from .launch_overhead import LaunchOverhead
+from aaco.analyzers.base import Analyzer, ratio
+from aaco.analyzers.grouping import group
+from aaco.analyzers.launch_overhead import LaunchOverhead
+from aaco.contract.schemas import EventBatch
+from aaco.contract.signals import MetricPoint, PointBuilder, define
 
 LAUNCH_TAX = define(
     "aaco.launch.tax",

@@ -26,9 +26,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco.agent.pipeline.signals import HistogramValue, PointBuilder, define
-
-from .grouping import group
+from aaco.analyzers.grouping import group
+from aaco.contract.signals import HistogramValue, PointBuilder, define
 
 LAUNCH_DELAY_BUCKETS: Final = (
     1e-6,

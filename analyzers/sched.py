@@ -1,6 +1,6 @@
 """Scheduler interference of workloads: switches, runqueue latency, on/off-CPU time, faults, two indices.
 
-Folds ``sched`` rows (``aaco.agent.sources.sched_rows``) into per-process totals and computes, per
+Folds ``sched`` rows (``aaco.contract.sched``) into per-process totals and computes, per
 process and drain interval, the two indices defined in ``docs/metrics.md``:
 
 - **scheduler interference index**: the share of the workload's wall time its threads spent
@@ -32,9 +32,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco.agent.pipeline.schemas import EventBatch
-from aaco.agent.pipeline.signals import HistogramValue, MetricPoint, PointBuilder, define
-from aaco.agent.sources.sched_rows import (
+from aaco.analyzers.base import Analyzer
+from aaco.contract.sched import (
     EXITED,
     FAULT_OFFCPU,
     FAULTS,
@@ -48,8 +47,8 @@ from aaco.agent.sources.sched_rows import (
     RQ_WAITS,
     VOLUNTARY,
 )
-
-from .base import Analyzer
+from aaco.contract.schemas import EventBatch
+from aaco.contract.signals import HistogramValue, MetricPoint, PointBuilder, define
 
 # Prometheus buckets: the kernel's log2 slots 9..32, i.e. upper bounds 2**10 ns (~1 us) .. 2**33 ns (~8.6 s).
 FIRST_SLOT, LAST_SLOT = 9, 32

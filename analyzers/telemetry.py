@@ -25,12 +25,11 @@ from typing import Any, Final
 
 import pyarrow as pa
 
-from aaco.agent.pipeline.schemas import EventBatch
-from aaco.agent.pipeline.signals import MetricDef, MetricPoint, define
-from aaco.agent.sources.smi import model as m
-
-from .base import Analyzer
-from .telemetry_compat import compat_points
+from aaco.analyzers.base import Analyzer
+from aaco.analyzers.telemetry_compat import compat_points
+from aaco.contract import telemetry as m
+from aaco.contract.schemas import EventBatch
+from aaco.contract.signals import MetricDef, MetricPoint, define
 
 BASE_LABELS: Final = ("node", "gpu", "gpu_uuid", "model", "pod", "namespace", "container")
 # The columns that say which series a row is (and its labels); the rest are its value and time.

@@ -26,11 +26,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from aaco.agent.pipeline.signals import MetricDef, MetricPoint
-from aaco.agent.sources.smi import model as m
+from aaco.contract import telemetry as m
+from aaco.contract.signals import MetricDef, MetricPoint
 
 if TYPE_CHECKING:
-    from .telemetry import Series
+    from aaco.analyzers.telemetry import Series
 
 AMD_LABELS: Final = ("gpu_id", "gpu_uuid", "card_model", "hostname", "pod", "namespace", "container")
 DCGM_LABELS: Final = ("gpu", "UUID", "device", "modelName", "Hostname", "pci_bus_id", "pod", "namespace", "container")

@@ -53,12 +53,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco.agent.pipeline.schemas import EventBatch
-from aaco.agent.pipeline.signals import MetricPoint, PointBuilder, define
-from aaco.agent.sources.smi import model as m
-
-from .base import Analyzer, Finding
-from .grouping import group
+from aaco.analyzers.base import Analyzer
+from aaco.analyzers.grouping import group
+from aaco.contract import telemetry as m
+from aaco.contract.schemas import EventBatch
+from aaco.contract.signals import MetricPoint, PointBuilder, define
+from aaco.contract.snapshot import Finding
 
 POWER_LIMIT: Final = m.POWER_LIMIT  # W: the enforced cap, where the source knows it
 TEMPERATURE_LIMIT: Final = "aaco.gpu.temperature.limit"  # Cel, attribute sensor; no source publishes it yet

@@ -26,7 +26,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from .bottleneck_rules import COMPUTE_BOUND, CPU_BOUND, LAUNCH_BOUND, MEMORY_BOUND, THROTTLED, UNKNOWN
+from aaco.analyzers.bottleneck_rules import COMPUTE_BOUND, CPU_BOUND, LAUNCH_BOUND, MEMORY_BOUND, THROTTLED, UNKNOWN
 
 MIN_SAMPLES: Final = 5
 ALPHA: Final = 0.01

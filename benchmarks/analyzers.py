@@ -26,11 +26,11 @@ import pyarrow.compute as pc
 from aaco.agent.config import AgentConfig
 from aaco.agent.pipeline.bus import Bus
 from aaco.agent.pipeline.correlator import Correlator
-from aaco.agent.pipeline.ids import span_id, trace_id
-from aaco.agent.pipeline.schemas import EventBatch, conform
-from aaco.agent.pipeline.stats import Stats
 from aaco.agent.pipeline.worker import ANALYZER_ERRORS, Pipeline
 from aaco.agent.service import build_analyzers
+from aaco.contract.ids import span_id, trace_id
+from aaco.contract.schemas import EventBatch, conform
+from aaco.contract.stats import Stats
 
 NAMES = [
     "Cijk_Ailk_Bljk_HHS_BH_MT128x128x32_MI32x32x8x1",

@@ -47,9 +47,9 @@ def child(mode: str, path: Path) -> None:
             for p in doc["rocprofiler-sdk-tool"]
         )
     else:
-        from aaco.agent.pipeline.clock import boottime_offset
         from aaco.agent.sources.formats import identify
         from aaco.agent.sources.parsers import context_for, parse_any
+        from aaco.contract.clock import boottime_offset
 
         tf = identify(path)
         ctx = context_for(tf, node="bench", source="bench", clock=boottime_offset())

@@ -23,10 +23,10 @@ from concurrent import futures
 import numpy as np
 import pyarrow as pa
 
-from aaco.agent.pipeline.ids import span_id, trace_id
-from aaco.agent.pipeline.schemas import EventBatch, conform
-from aaco.agent.pipeline.stats import Stats
-from aaco.analyzers.kernels import families
+from aaco.contract.ids import span_id, trace_id
+from aaco.contract.kernels import families
+from aaco.contract.schemas import EventBatch, conform
+from aaco.contract.stats import Stats
 from aaco.exporters.otlp_settings import OtlpConfig
 from aaco.exporters.otlp_traces import OtlpTraceExporter
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 
-from aaco.agent.pipeline.schemas import EventBatch
-from aaco.analyzers.base import AnalysisSnapshot
+from aaco.contract.schemas import EventBatch
+from aaco.contract.snapshot import AnalysisSnapshot
 
 
 class ExportResult(enum.Enum):

@@ -13,7 +13,7 @@ hidden temporary file and then hard-linked to its final name, which fails rather
 the name exists: the sequence number then moves on. Readers never see a half-written part; the
 temporary names start with ``.`` which pyarrow.dataset skips.
 
-Exactly once, for durable inputs (trace files, see ``agent/pipeline/ledger.py``). Every flush is one
+Exactly once, for durable inputs (trace files, see ``contract/ledger.py``). Every flush is one
 *commit*, write-ahead:
 
 1. the parts are written under temporary names;
@@ -29,7 +29,7 @@ they are linked) and its offsets folded in; stray temporary files are removed. S
 lock on ``DIR/.lock`` refuses a second one.
 
 Every file the lake writes (parts, checkpoints, ``analysis.json``, ``sources.json``, the lock) is
-0640 or tighter and every directory it makes 0750 (``agent/pipeline/files.py``): a part is created
+0640 or tighter and every directory it makes 0750 (``contract/files.py``): a part is created
 0640 before pyarrow writes into it and checked again before it is linked into place.
 """
 
@@ -56,15 +56,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from aaco.agent.config_base import StrictModel
-from aaco.agent.errors import AacoError
-from aaco.agent.pipeline.files import make_dirs, open_private, tighten, write_bytes_atomic
-from aaco.agent.pipeline.ledger import Ledger, Range
-from aaco.agent.pipeline.schemas import SCHEMAS, TIME_COLUMN, EventBatch
-from aaco.agent.pipeline.stats import EVENTS_DROPPED, EVENTS_EMITTED, EVENTS_RECEIVED, EXPORT_ERRORS, Stats
-from aaco.analyzers.base import AnalysisSnapshot
-
-from .base import Exporter, ExportResult
+from aaco.contract.config_base import StrictModel
+from aaco.contract.errors import AacoError
+from aaco.contract.files import make_dirs, open_private, tighten, write_bytes_atomic
+from aaco.contract.ledger import Ledger, Range
+from aaco.contract.schemas import SCHEMAS, TIME_COLUMN, EventBatch
+from aaco.contract.snapshot import AnalysisSnapshot
+from aaco.contract.stats import EVENTS_DROPPED, EVENTS_EMITTED, EVENTS_RECEIVED, EXPORT_ERRORS, Stats
+from aaco.exporters.base import Exporter, ExportResult
 
 log = logging.getLogger("aaco.exporters.lake")
 _PART = re.compile(r"^part-(\d+)\.parquet$")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
-from .web_config import WebConfigWatcher, allowed_san
+from aaco.exporters.web_config import WebConfigWatcher, allowed_san
 
 log = logging.getLogger("aaco.exporters.prometheus")
 

@@ -39,14 +39,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco.agent.pipeline.budget import DEFAULT_BUDGET_BYTES, ByteBudget
-from aaco.agent.pipeline.ids import span_id, trace_id
-from aaco.agent.pipeline.schemas import EventBatch
-from aaco.agent.pipeline.signals import define
-from aaco.agent.pipeline.stats import Stats
-from aaco.analyzers.kernels import families
-
-from .otlp_spans import TRACE_ID_HEAD, RootSpan, SpanEncoder, SpanEvent, link_bodies
+from aaco.contract.budget import DEFAULT_BUDGET_BYTES, ByteBudget
+from aaco.contract.ids import span_id, trace_id
+from aaco.contract.kernels import families
+from aaco.contract.schemas import EventBatch
+from aaco.contract.signals import define
+from aaco.contract.stats import Stats
+from aaco.exporters.otlp_spans import TRACE_ID_HEAD, RootSpan, SpanEncoder, SpanEvent, link_bodies
 
 SPANS_SUMMARIZED = define(
     "aaco.spans.summarized",

@@ -43,14 +43,13 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
 
-from aaco.agent.pipeline.schemas import EventBatch
-from aaco.agent.pipeline.signals import LATENCY_BUCKETS, MetricDef, MetricPoint
-from aaco.agent.pipeline.stats import EVENTS_DROPPED, EVENTS_EMITTED, EXPORT_ERRORS, Stats
-from aaco.analyzers.base import AnalysisSnapshot
-
-from .base import Exporter, ExportResult
-from .otlp_settings import OtlpConfig, OtlpTarget, resolve
-from .otlp_traces import resource_attributes
+from aaco.contract.schemas import EventBatch
+from aaco.contract.signals import LATENCY_BUCKETS, MetricDef, MetricPoint
+from aaco.contract.snapshot import AnalysisSnapshot
+from aaco.contract.stats import EVENTS_DROPPED, EVENTS_EMITTED, EXPORT_ERRORS, Stats
+from aaco.exporters.base import Exporter, ExportResult
+from aaco.exporters.otlp_settings import OtlpConfig, OtlpTarget, resolve
+from aaco.exporters.otlp_traces import resource_attributes
 
 log = logging.getLogger("aaco.exporters.otlp_metrics")
 

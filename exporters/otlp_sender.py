@@ -27,12 +27,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import Final
 
-from aaco.agent.pipeline.budget import DEFAULT_BUDGET_BYTES, ByteBudget
-from aaco.agent.pipeline.signals import define
-from aaco.agent.pipeline.stats import EVENTS_DROPPED, EVENTS_EMITTED, EXPORT_ERRORS, QUEUE_CAPACITY, QUEUE_DEPTH, Stats
-
-from .otlp_settings import OtlpTarget
-from .otlp_transport import Transport, make_transport
+from aaco.contract.budget import DEFAULT_BUDGET_BYTES, ByteBudget
+from aaco.contract.signals import define
+from aaco.contract.stats import EVENTS_DROPPED, EVENTS_EMITTED, EXPORT_ERRORS, QUEUE_CAPACITY, QUEUE_DEPTH, Stats
+from aaco.exporters.otlp_settings import OtlpTarget
+from aaco.exporters.otlp_transport import Transport, make_transport
 
 log = logging.getLogger("aaco.exporters.otlp")
 BACKOFF_INITIAL_S = 0.5

@@ -18,8 +18,8 @@ from typing import Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from aaco.agent.config_base import StrictModel
-from aaco.agent.errors import AacoError
+from aaco.contract.config_base import StrictModel
+from aaco.contract.errors import AacoError
 
 Protocol = Literal["grpc", "http/protobuf"]
 

@@ -4,7 +4,7 @@
   exists, a capture window; the assembler (``otlp_assembly``) builds it with its summary attributes,
   off-CPU span events and links to application spans.
 - A kernel, memcpy or memset row is a child span of its root, named by kernel family
-  (``analyzers.kernels``), with ``gpu.kernel.name`` (full name), ``gpu.kernel.kind``,
+  (``contract.kernels``), with ``gpu.kernel.name`` (full name), ``gpu.kernel.kind``,
   ``gpu.device.id``, ``gpu.stream.id``, ``gpu.queue.id``, ``gpu.correlation.id``, grid and workgroup
   sizes, and the launching ``thread.id``. Its CPU launch call (``cudaLaunchKernel``, a HIP call),
   where the source has one, is a span too, a sibling under the same root, and the kernel links to it.
@@ -23,9 +23,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from aaco.analyzers.kernels import families
-
-from . import otlp_wire as w
+from aaco.contract.kernels import families
+from aaco.exporters import otlp_wire as w
 
 TRACE_ID_HEAD = w.tag(1, w.LEN) + b"\x10"  # every span encoded here starts with it: trace_id, 16 bytes
 _SPAN_TAG = w.tag(2, w.LEN) + b"\x08"  # span_id: 8 bytes

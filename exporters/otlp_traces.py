@@ -21,16 +21,15 @@ from typing import Any
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from aaco.agent import __version__
-from aaco.agent.pipeline.budget import DEFAULT_BUDGET_BYTES, ByteBudget
-from aaco.agent.pipeline.schemas import EventBatch
-from aaco.agent.pipeline.stats import EVENTS_DROPPED, EVENTS_RECEIVED, Stats
-
-from . import otlp_wire as w
-from .base import Exporter, ExportResult
-from .otlp_assembly import AppRequest, TraceAssembler
-from .otlp_sender import OtlpSender
-from .otlp_settings import OtlpConfig, OtlpTarget, resolve
-from .otlp_transport import Transport
+from aaco.contract.budget import DEFAULT_BUDGET_BYTES, ByteBudget
+from aaco.contract.schemas import EventBatch
+from aaco.contract.stats import EVENTS_DROPPED, EVENTS_RECEIVED, Stats
+from aaco.exporters import otlp_wire as w
+from aaco.exporters.base import Exporter, ExportResult
+from aaco.exporters.otlp_assembly import AppRequest, TraceAssembler
+from aaco.exporters.otlp_sender import OtlpSender
+from aaco.exporters.otlp_settings import OtlpConfig, OtlpTarget, resolve
+from aaco.exporters.otlp_transport import Transport
 
 log = logging.getLogger("aaco.exporters.otlp")
 COMPONENT = "exporter:otlp"

@@ -23,7 +23,7 @@ from typing import Protocol
 import grpc
 from google.rpc import error_details_pb2, status_pb2
 
-from .otlp_settings import OtlpTarget
+from aaco.exporters.otlp_settings import OtlpTarget
 
 RETRYABLE_GRPC = {
     grpc.StatusCode.UNAVAILABLE,

@@ -18,10 +18,9 @@ from typing import Any
 
 import orjson
 
-from aaco.agent.pipeline.schemas import EventBatch
-from aaco.agent.pipeline.stats import EVENTS_DROPPED, EVENTS_EMITTED, Stats
-
-from .base import Exporter, ExportResult
+from aaco.contract.schemas import EventBatch
+from aaco.contract.stats import EVENTS_DROPPED, EVENTS_EMITTED, Stats
+from aaco.exporters.base import Exporter, ExportResult
 
 log = logging.getLogger("aaco.exporters.perfetto")
 GPU_PID_BASE = 1 << 30  # GPU tracks get their own "process" IDs, apart from real pids

@@ -36,16 +36,15 @@ from prometheus_client.samples import Exemplar
 from pydantic import Field, PositiveFloat, PositiveInt, conint
 
 from aaco.agent import __version__
-from aaco.agent.config_base import StrictModel
-from aaco.agent.errors import AacoError
-from aaco.agent.pipeline.schemas import EventBatch
-from aaco.agent.pipeline.signals import HistogramValue, MetricDef, MetricPoint, define
-from aaco.agent.pipeline.stats import Stats
-from aaco.analyzers.base import AnalysisSnapshot
-
-from .base import Exporter, ExportResult
-from .metrics_server import PoolServer, PoolServerV6
-from .web_config import WebConfigWatcher, WebState
+from aaco.contract.config_base import StrictModel
+from aaco.contract.errors import AacoError
+from aaco.contract.schemas import EventBatch
+from aaco.contract.signals import HistogramValue, MetricDef, MetricPoint, define
+from aaco.contract.snapshot import AnalysisSnapshot
+from aaco.contract.stats import Stats
+from aaco.exporters.base import Exporter, ExportResult
+from aaco.exporters.metrics_server import PoolServer, PoolServerV6
+from aaco.exporters.web_config import WebConfigWatcher, WebState
 
 log = logging.getLogger("aaco.exporters.prometheus")
 

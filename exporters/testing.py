@@ -6,10 +6,9 @@ import threading
 
 import pyarrow as pa
 
-from aaco.agent.pipeline.schemas import EventBatch
-from aaco.analyzers.base import AnalysisSnapshot
-
-from .base import Exporter, ExportResult
+from aaco.contract.schemas import EventBatch
+from aaco.contract.snapshot import AnalysisSnapshot
+from aaco.exporters.base import Exporter, ExportResult
 
 
 class InMemoryExporter(Exporter):

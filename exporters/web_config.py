@@ -36,10 +36,10 @@ import bcrypt
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from aaco.agent.config_base import StrictModel
-from aaco.agent.errors import AacoError
-from aaco.agent.pipeline.signals import define
-from aaco.agent.pipeline.stats import Stats
+from aaco.contract.config_base import StrictModel
+from aaco.contract.errors import AacoError
+from aaco.contract.signals import define
+from aaco.contract.stats import Stats
 
 log = logging.getLogger("aaco.exporters.web_config")
 

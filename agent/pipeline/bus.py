@@ -20,10 +20,8 @@ import threading
 import time
 from collections import deque
 
-from .schemas import EventBatch
-from .stats import EVENTS_DROPPED, EVENTS_EMITTED, EVENTS_RECEIVED, QUEUE_CAPACITY, QUEUE_DEPTH, Stats
-
-MAX_BATCH_ROWS = 65_536
+from aaco.contract.schemas import EventBatch
+from aaco.contract.stats import EVENTS_DROPPED, EVENTS_EMITTED, EVENTS_RECEIVED, QUEUE_CAPACITY, QUEUE_DEPTH, Stats
 
 
 class Bus:

@@ -24,9 +24,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .schemas import EventBatch
-from .signals import define
-from .stats import EVENTS_EMITTED, EVENTS_RECEIVED, Stats
+from aaco.contract.schemas import EventBatch
+from aaco.contract.signals import define
+from aaco.contract.stats import EVENTS_EMITTED, EVENTS_RECEIVED, Stats
 
 CORRELATED = define(
     "aaco.correlator.kernels",

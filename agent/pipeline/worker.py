@@ -14,15 +14,15 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from aaco.analyzers.base import AnalysisSnapshot, Analyzer, DerivedAnalyzer, Finding
+from aaco.agent.pipeline.bus import Bus
+from aaco.agent.pipeline.correlator import Correlator
+from aaco.analyzers.base import Analyzer, DerivedAnalyzer
+from aaco.contract.ledger import Ledger
+from aaco.contract.schemas import EventBatch, conform
+from aaco.contract.signals import define
+from aaco.contract.snapshot import AnalysisSnapshot, Finding
+from aaco.contract.stats import EVENTS_DROPPED, EXPORT_ERRORS, Stats
 from aaco.exporters.base import Exporter, ExportResult
-
-from .bus import Bus
-from .correlator import Correlator
-from .ledger import Ledger
-from .schemas import EventBatch, conform
-from .signals import define
-from .stats import EVENTS_DROPPED, EXPORT_ERRORS, Stats
 
 log = logging.getLogger("aaco.pipeline")
 

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, conint
 
-from aaco.agent.config_base import StrictModel
+from aaco.contract.config_base import StrictModel
 
 Port = conint(ge=0, le=65535)
 

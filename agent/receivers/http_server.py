@@ -37,11 +37,8 @@ from typing import Any
 
 import h11
 
-from aaco.agent.pipeline.budget import ByteBudget
-from aaco.agent.pipeline.stats import Stats
-
-from .config import OtlpReceiverConfig
-from .http_wire import (
+from aaco.agent.receivers.config import OtlpReceiverConfig
+from aaco.agent.receivers.http_wire import (
     GONE,
     LINGER_S,
     MAX_HEADER_BYTES,
@@ -55,6 +52,8 @@ from .http_wire import (
     plain_response,
     signal_of,
 )
+from aaco.contract.budget import ByteBudget
+from aaco.contract.stats import Stats
 
 log = logging.getLogger("aaco.receivers.otlp")
 

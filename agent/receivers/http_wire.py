@@ -12,7 +12,7 @@ from typing import Any
 
 import h11
 
-from aaco.agent.pipeline.signals import define
+from aaco.contract.signals import define
 
 RECEIVER_CONNECTIONS = define(
     "aaco.receiver.connections",

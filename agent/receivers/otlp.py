@@ -38,18 +38,17 @@ from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from aaco.agent.errors import AacoError
-from aaco.agent.pipeline.budget import DEFAULT_BUDGET_BYTES, ByteBudget
-from aaco.agent.pipeline.signals import define
-from aaco.agent.pipeline.stats import Stats
+from aaco.agent.receivers.config import OtlpReceiverConfig
+from aaco.agent.receivers.http_server import HttpServer
+from aaco.agent.receivers.http_wire import Reply, Request, gunzip_bounded
+from aaco.agent.receivers.ids import drop_malformed
+from aaco.agent.receivers.tls import grpc_credentials, http_context
+from aaco.contract.budget import DEFAULT_BUDGET_BYTES, ByteBudget
+from aaco.contract.errors import AacoError
+from aaco.contract.signals import define
+from aaco.contract.stats import Stats
 from aaco.exporters.otlp_assembly import AppSpan
 from aaco.exporters.otlp_sender import OtlpSender
-
-from .config import OtlpReceiverConfig
-from .http_server import HttpServer
-from .http_wire import Reply, Request, gunzip_bounded
-from .ids import drop_malformed
-from .tls import grpc_credentials, http_context
 
 log = logging.getLogger("aaco.receivers.otlp")
 

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import grpc
 
-from aaco.agent.errors import AacoError
+from aaco.agent.receivers.config import ReceiverTlsConfig
+from aaco.contract.errors import AacoError
 from aaco.exporters.web_config import server_context
-
-from .config import ReceiverTlsConfig
 
 SETTING = "receivers.otlp.tls"
 

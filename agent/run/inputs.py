@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from aaco.agent.errors import AacoError
+from aaco.contract.errors import AacoError
 
 ORT_TYPES: dict[str, Any] = {
     "tensor(float)": np.float32,

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from aaco.agent.errors import AacoError
+from aaco.contract.errors import AacoError
 
 DEFAULT_MODEL = "light_resnet50.onnx"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import capture, ort, replay, sched, smi, trace_dir
+from aaco.agent.sources import capture, ort, replay, sched, smi, trace_dir
 
 # type -> (config model, factory). The config union in aaco.agent.config is built from this table.
 REGISTRY: dict[str, tuple[type[Any], Callable[[Any, str], Any]]] = {

@@ -27,10 +27,10 @@ from typing import Any, ClassVar, Protocol
 
 import pyarrow as pa
 
-from aaco.agent.pipeline.bus import MAX_BATCH_ROWS, Bus
-from aaco.agent.pipeline.ledger import Ledger, Range
-from aaco.agent.pipeline.schemas import TIME_COLUMN, EventBatch, SchemaError, conform
-from aaco.agent.pipeline.stats import SOURCE_ERRORS, SOURCE_FILES, SOURCE_LAG, Stats
+from aaco.contract.channel import MAX_BATCH_ROWS, BatchQueue
+from aaco.contract.ledger import Ledger, Range
+from aaco.contract.schemas import TIME_COLUMN, EventBatch, SchemaError, conform
+from aaco.contract.stats import SOURCE_ERRORS, SOURCE_FILES, SOURCE_LAG, Stats
 
 log = logging.getLogger("aaco.sources")
 
@@ -126,7 +126,7 @@ class SourceContext:
 
     node: str
     stats: Stats
-    bus: Bus
+    bus: BatchQueue
     journal: Journal
     stop: threading.Event = field(default_factory=threading.Event)
     abort: threading.Event = field(default_factory=threading.Event)

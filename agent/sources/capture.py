@@ -48,16 +48,15 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator
 
-from aaco.agent.errors import TraceFormatError
-from aaco.agent.pipeline.signals import define
-
-from .base import Source, SourceContext
-from .formats import DEFAULT_MAX_BYTES, expand, identify
-from .ingest import Quarantine, file_failed, ingest_file
-from .limits_config import TraceLimitSettings
-from .parsers import ITERATIONS_FIRST, context_for
-from .sched_targets import gpu_processes, holds_gpu, tgid_of
-from .trace_common import MAX_MODEL_CHARS, model_from_command
+from aaco.agent.sources.base import Source, SourceContext
+from aaco.agent.sources.formats import DEFAULT_MAX_BYTES, expand, identify
+from aaco.agent.sources.ingest import Quarantine, file_failed, ingest_file
+from aaco.agent.sources.limits_config import TraceLimitSettings
+from aaco.agent.sources.parsers import ITERATIONS_FIRST, context_for
+from aaco.agent.sources.sched_targets import gpu_processes, holds_gpu, tgid_of
+from aaco.agent.sources.trace_common import MAX_MODEL_CHARS, model_from_command
+from aaco.contract.errors import TraceFormatError
+from aaco.contract.signals import define
 
 log = logging.getLogger("aaco.sources.capture")
 _CAPTURE_DIR = re.compile(r"^(\d+)-\d+$")  # <pid>-<epoch ms>, one per capture window

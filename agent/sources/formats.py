@@ -24,9 +24,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from aaco.agent.errors import TraceFormatError
-
-from .trace_limits import (
+from aaco.agent.sources.trace_limits import (
     DEFAULT_MAX_BYTES,
     GZIP_MAGIC,
     TraceLimits,
@@ -34,6 +32,7 @@ from .trace_limits import (
     open_trace,
     read_document,
 )
+from aaco.contract.errors import TraceFormatError
 
 __all__ = [  # GZIP_MAGIC and DEFAULT_MAX_BYTES are defined in trace_limits; the other readers take them from here
     "DEFAULT_MAX_BYTES",
@@ -129,8 +128,8 @@ def sniff(head: bytes) -> str | None:
         if any(k in head for k in _KINETO_KEYS) or (b'"traceEvents"' in head and _KINETO_CATS.search(head)):
             return "kineto"
         return None
-    from .rocprof_v1 import sniff_csv as sniff_rocprof_v1_csv
-    from .rocprofv3_csv import sniff_csv as sniff_rocprofv3_csv
+    from aaco.agent.sources.rocprof_v1 import sniff_csv as sniff_rocprof_v1_csv
+    from aaco.agent.sources.rocprofv3_csv import sniff_csv as sniff_rocprofv3_csv
 
     return sniff_rocprofv3_csv(head) or sniff_rocprof_v1_csv(head)
 

@@ -29,15 +29,14 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from aaco.agent.errors import TraceFormatError
-from aaco.agent.pipeline.files import make_dirs, open_private
-
-from .base import SourceContext, SourceRecord
-from .formats import GZIP_MAGIC, TraceFile
-from .parsed import ParsedTrace
-from .parsers import parse_any
-from .trace_common import BadRow, TraceContext
-from .trace_limits import open_regular
+from aaco.agent.sources.base import SourceContext, SourceRecord
+from aaco.agent.sources.formats import GZIP_MAGIC, TraceFile
+from aaco.agent.sources.parsed import ParsedTrace
+from aaco.agent.sources.parsers import parse_any
+from aaco.agent.sources.trace_common import BadRow, TraceContext
+from aaco.agent.sources.trace_limits import open_regular
+from aaco.contract.errors import TraceFormatError
+from aaco.contract.files import make_dirs, open_private
 
 log = logging.getLogger("aaco.sources.ingest")
 

@@ -29,11 +29,10 @@ from typing import Any
 import numpy as np
 import orjson
 
-from aaco.agent.errors import TraceFormatError
-
-from .json_scan import JsonScanner, JsonTooDeepError
-from .trace_common import BadRow
-from .trace_limits import Document, TraceLimitError, TraceLimits, json_depth_error
+from aaco.agent.sources.json_scan import JsonScanner, JsonTooDeepError
+from aaco.agent.sources.trace_common import BadRow
+from aaco.agent.sources.trace_limits import Document, TraceLimitError, TraceLimits, json_depth_error
+from aaco.contract.errors import TraceFormatError
 
 SCAN_BLOCK = 16 << 20
 BATCH_EVENTS = 4096  # events parsed by one orjson call

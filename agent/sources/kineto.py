@@ -43,11 +43,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from aaco.agent.pipeline.clock import EPOCH_CEIL_NS, EPOCH_FLOOR_NS, ClockOffset
-from aaco.agent.pipeline.ids import span_id, trace_id
-
-from .kineto_process import ProcessInfo
-from .kineto_values import (
+from aaco.agent.sources.kineto_process import ProcessInfo
+from aaco.agent.sources.kineto_values import (
     INT_OUT_OF_RANGE,
     TIME_OUT_OF_RANGE,
     IntOutOfRangeError,
@@ -58,8 +55,10 @@ from .kineto_values import (
     opt_int,
     span_ns,
 )
-from .parsed import ParsedTrace
-from .trace_common import LaunchTable
+from aaco.agent.sources.parsed import ParsedTrace
+from aaco.agent.sources.trace_common import LaunchTable
+from aaco.contract.clock import EPOCH_CEIL_NS, EPOCH_FLOOR_NS, ClockOffset
+from aaco.contract.ids import span_id, trace_id
 
 GPU_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")

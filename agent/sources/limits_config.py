@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field, PositiveInt
 
-from aaco.agent.config_base import StrictModel
-
-from .trace_limits import DEFAULT_MAX_BYTES, TraceLimits
+from aaco.agent.sources.trace_limits import DEFAULT_MAX_BYTES, TraceLimits
+from aaco.contract.config_base import StrictModel
 
 
 class TraceLimitSettings(StrictModel):

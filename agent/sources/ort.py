@@ -19,17 +19,16 @@ from typing import Literal
 import orjson
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveInt
 
-from aaco.agent.config_base import StrictModel
-from aaco.agent.errors import AacoError
-from aaco.agent.pipeline.clock import ClockOffset
 from aaco.agent.run.models import load_model, model_name, resolve_model
 from aaco.agent.run.session import resolve_provider
 from aaco.agent.run.workload import OrtWorkload
-from aaco.analyzers.graph import summarize
-
-from .base import Source, SourceContext
-from .ingest import publish_parsed
-from .ort_profile import parse_ort_profile
+from aaco.agent.sources.base import Source, SourceContext
+from aaco.agent.sources.ingest import publish_parsed
+from aaco.agent.sources.onnx_graph import summarize
+from aaco.agent.sources.ort_profile import parse_ort_profile
+from aaco.contract.clock import ClockOffset
+from aaco.contract.config_base import StrictModel
+from aaco.contract.errors import AacoError
 
 log = logging.getLogger("aaco.sources.ort")
 

@@ -32,10 +32,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from aaco.agent.pipeline.clock import EPOCH_CEIL_NS, EPOCH_FLOOR_NS, ClockOffset
-from aaco.agent.pipeline.ids import span_id, trace_id
-
-from .kineto_values import (
+from aaco.agent.sources.kineto_values import (
     INT_OUT_OF_RANGE,
     TIME_OUT_OF_RANGE,
     IntOutOfRangeError,
@@ -45,7 +42,9 @@ from .kineto_values import (
     num,
     opt_int,
 )
-from .parsed import ParsedTrace
+from aaco.agent.sources.parsed import ParsedTrace
+from aaco.contract.clock import EPOCH_CEIL_NS, EPOCH_FLOOR_NS, ClockOffset
+from aaco.contract.ids import span_id, trace_id
 
 NS = 1000
 CPU_PROVIDER = "CPUExecutionProvider"

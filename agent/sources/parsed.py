@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from aaco.agent.pipeline.clock import ClockOffset
+from aaco.contract.clock import ClockOffset
 
 
 @dataclass

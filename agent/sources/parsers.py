@@ -33,18 +33,17 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco.agent.errors import TraceFormatError
-from aaco.agent.pipeline.clock import ClockOffset
-
-from . import rocpd, rocprof_v1, rocprofv3_csv, rocprofv3_json
-from .clock_anchor import BootClockCheck
-from .formats import DEFAULT_MAX_BYTES, TraceFile
-from .json_salvage import LoadedJson, load_json
-from .kineto import parse_kineto
-from .ort_profile import parse_ort_profile, profile_extent_us
-from .parsed import ParsedTrace
-from .trace_common import TraceContext, chunks, const
-from .trace_limits import TraceLimits, check_size, read_document
+from aaco.agent.sources import rocpd, rocprof_v1, rocprofv3_csv, rocprofv3_json
+from aaco.agent.sources.clock_anchor import BootClockCheck
+from aaco.agent.sources.formats import DEFAULT_MAX_BYTES, TraceFile
+from aaco.agent.sources.json_salvage import LoadedJson, load_json
+from aaco.agent.sources.kineto import parse_kineto
+from aaco.agent.sources.ort_profile import parse_ort_profile, profile_extent_us
+from aaco.agent.sources.parsed import ParsedTrace
+from aaco.agent.sources.trace_common import TraceContext, chunks, const
+from aaco.agent.sources.trace_limits import TraceLimits, check_size, read_document
+from aaco.contract.clock import ClockOffset
+from aaco.contract.errors import TraceFormatError
 
 # Formats whose files hold iterations only: read them before the kernel traces of the same run.
 ITERATIONS_FIRST = frozenset({rocprofv3_csv.FORMAT_API})

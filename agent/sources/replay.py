@@ -21,14 +21,13 @@ from typing import Literal
 
 from pydantic import Field
 
-from aaco.agent.errors import TraceFormatError
-from aaco.agent.pipeline.clock import ClockOffset
-
-from .base import Source, SourceContext
-from .formats import expand, identify
-from .ingest import Quarantine, file_failed, ingest_file
-from .limits_config import TraceLimitSettings
-from .parsers import ITERATIONS_FIRST, context_for
+from aaco.agent.sources.base import Source, SourceContext
+from aaco.agent.sources.formats import expand, identify
+from aaco.agent.sources.ingest import Quarantine, file_failed, ingest_file
+from aaco.agent.sources.limits_config import TraceLimitSettings
+from aaco.agent.sources.parsers import ITERATIONS_FIRST, context_for
+from aaco.contract.clock import ClockOffset
+from aaco.contract.errors import TraceFormatError
 
 EXPLICIT = "explicit"  # the method of an offset the user gave (never re-anchored)
 

@@ -52,11 +52,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .parsed import ParsedTrace
-from .rocpd_rows import rows_table, small, sql_id, sql_int, sql_u64
-from .rocprofv3_csv import MARKER_RANGE_DOMAINS
-from .rocprofv3_u64 import OUT_OF_RANGE, TimeWindow, int64_column, signed, u64_array
-from .trace_common import (
+from aaco.agent.sources.parsed import ParsedTrace
+from aaco.agent.sources.rocpd_rows import rows_table, small, sql_id, sql_int, sql_u64
+from aaco.agent.sources.rocprofv3_csv import MARKER_RANGE_DOMAINS
+from aaco.agent.sources.rocprofv3_u64 import OUT_OF_RANGE, TimeWindow, int64_column, signed, u64_array
+from aaco.agent.sources.trace_common import (
     CHUNK_ROWS,
     MAX_NAME_BYTES,
     Agent,
@@ -68,7 +68,7 @@ from .trace_common import (
     iterations_table,
     model_from_command,
 )
-from .trace_limits import READ_STEP, TraceLimits, open_trace
+from aaco.agent.sources.trace_limits import READ_STEP, TraceLimits, open_trace
 
 FORMAT = "rocpd"
 

@@ -47,10 +47,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco.agent.pipeline.clock import EPOCH_CEIL_NS, EPOCH_FLOOR_NS, in_epoch_range
-
-from .csv_rows import CsvRowReader
-from .kineto_values import (
+from aaco.agent.sources.csv_rows import CsvRowReader
+from aaco.agent.sources.kineto_values import (
     INT_OUT_OF_RANGE,
     TIME_OUT_OF_RANGE,
     IntOutOfRangeError,
@@ -61,9 +59,10 @@ from .kineto_values import (
     need_int,
     opt_int,
 )
-from .parsed import ParsedTrace
-from .rocprofv3_csv import MAX_TIME_NS, parse_header
-from .trace_common import MAX_NAME_BYTES, TraceContext, chunks, stamp_kernels
+from aaco.agent.sources.parsed import ParsedTrace
+from aaco.agent.sources.rocprofv3_csv import MAX_TIME_NS, parse_header
+from aaco.agent.sources.trace_common import MAX_NAME_BYTES, TraceContext, chunks, stamp_kernels
+from aaco.contract.clock import EPOCH_CEIL_NS, EPOCH_FLOOR_NS, in_epoch_range
 
 FORMAT_CSV = "rocprof_v1_csv"
 FORMAT_JSON = "rocprof_v1_json"

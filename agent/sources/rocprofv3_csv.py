@@ -67,10 +67,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .csv_rows import CsvRowReader
-from .formats import DEFAULT_MAX_BYTES, GZIP_MAGIC
-from .parsed import ParsedTrace
-from .rocprofv3_csv_api import (
+from aaco.agent.sources.csv_rows import CsvRowReader
+from aaco.agent.sources.formats import DEFAULT_MAX_BYTES, GZIP_MAGIC
+from aaco.agent.sources.parsed import ParsedTrace
+from aaco.agent.sources.rocprofv3_csv_api import (
     ApiTrace,
     CsvCompanions,
     api_iterations,
@@ -80,7 +80,7 @@ from .rocprofv3_csv_api import (
     reject_in_order,
     time_checks,
 )
-from .rocprofv3_csv_layout import (
+from aaco.agent.sources.rocprofv3_csv_layout import (
     DICT,
     FORMAT_AGENTS,
     FORMAT_API,
@@ -100,8 +100,8 @@ from .rocprofv3_csv_layout import (
     read_bytes,
     sniff_csv,
 )
-from .rocprofv3_u64 import TimeWindow, U64Column
-from .trace_common import (
+from aaco.agent.sources.rocprofv3_u64 import TimeWindow, U64Column
+from aaco.agent.sources.trace_common import (
     MAX_NAME_BYTES,
     AgentMap,
     BadRow,
@@ -111,7 +111,7 @@ from .trace_common import (
     empty_kernels,
     stamp_kernels,
 )
-from .trace_limits import TraceLimits, open_trace
+from aaco.agent.sources.trace_limits import TraceLimits, open_trace
 
 __all__ = [
     "DICT",

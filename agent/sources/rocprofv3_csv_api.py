@@ -20,10 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco.agent.errors import TraceFormatError
-
-from .csv_rows import CsvChunk, CsvRowReader
-from .rocprofv3_csv_layout import (
+from aaco.agent.sources.csv_rows import CsvChunk, CsvRowReader
+from aaco.agent.sources.rocprofv3_csv_layout import (
     DICT,
     DICT_COLUMNS,
     FORMAT_API,
@@ -35,9 +33,10 @@ from .rocprofv3_csv_layout import (
     parse_header,
     read_bytes,
 )
-from .rocprofv3_u64 import TimeWindow, U64Column
-from .trace_common import Agent, AgentMap, BadRow, LaunchTable, TraceContext, iterations_table
-from .trace_limits import TraceLimits
+from aaco.agent.sources.rocprofv3_u64 import TimeWindow, U64Column
+from aaco.agent.sources.trace_common import Agent, AgentMap, BadRow, LaunchTable, TraceContext, iterations_table
+from aaco.agent.sources.trace_limits import TraceLimits
+from aaco.contract.errors import TraceFormatError
 
 
 def read_agent_info(data: bytes) -> AgentMap:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from .trace_limits import TraceLimits, open_trace
+from aaco.agent.sources.trace_limits import TraceLimits, open_trace
 
 FORMAT_KERNEL = "rocprofv3_kernel_csv"
 FORMAT_MEMCPY = "rocprofv3_memcpy_csv"

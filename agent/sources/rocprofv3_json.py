@@ -62,18 +62,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .parsed import ParsedTrace
-from .rocprofv3_json_meta import PARSE_ERRORS, Process, Walker, iterations, read_metadata
-from .rocprofv3_u64 import OUT_OF_RANGE, U64_MASK, NumberGuard, TimeWindow, as_int, int64_column, u64, u64_array
-from .trace_common import (
-    CHUNK_ROWS,
-    AgentMap,
-    BadRow,
-    TraceContext,
-    empty_kernels,
-    stamp_kernels,
+from aaco.agent.sources.parsed import ParsedTrace
+from aaco.agent.sources.rocprofv3_json_meta import PARSE_ERRORS, Process, Walker, iterations, read_metadata
+from aaco.agent.sources.rocprofv3_u64 import (
+    OUT_OF_RANGE,
+    U64_MASK,
+    NumberGuard,
+    TimeWindow,
+    as_int,
+    int64_column,
+    u64,
+    u64_array,
 )
-from .trace_limits import TraceLimits, open_trace
+from aaco.agent.sources.trace_common import CHUNK_ROWS, AgentMap, BadRow, TraceContext, empty_kernels, stamp_kernels
+from aaco.agent.sources.trace_limits import TraceLimits, open_trace
 
 FORMAT = "rocprofv3_json"
 

@@ -21,9 +21,18 @@ import ijson
 import numpy as np
 import pyarrow as pa
 
-from .rocprofv3_csv import MARKER_RANGE_DOMAINS
-from .rocprofv3_u64 import INT64_MIN, OUT_OF_RANGE, U64_MASK, NumberGuard, TimeWindow, as_int, signed, u64
-from .trace_common import (
+from aaco.agent.sources.rocprofv3_csv import MARKER_RANGE_DOMAINS
+from aaco.agent.sources.rocprofv3_u64 import (
+    INT64_MIN,
+    OUT_OF_RANGE,
+    U64_MASK,
+    NumberGuard,
+    TimeWindow,
+    as_int,
+    signed,
+    u64,
+)
+from aaco.agent.sources.trace_common import (
     MAX_NAME_BYTES,
     Agent,
     AgentMap,
@@ -34,7 +43,7 @@ from .trace_common import (
     iterations_table,
     model_from_command,
 )
-from .trace_limits import TraceLimits, open_trace
+from aaco.agent.sources.trace_limits import TraceLimits, open_trace
 
 ROOTS = ("rocprofiler-sdk-tool.item", "rocprofiler-sdk-tool")
 _LIST = "[]"  # marks a field collected as a list

@@ -34,7 +34,7 @@ from typing import IO, Any, Final
 import numpy as np
 import pyarrow as pa
 
-from aaco.agent.pipeline.clock import EPOCH_CEIL_NS, EPOCH_FLOOR_NS
+from aaco.contract.clock import EPOCH_CEIL_NS, EPOCH_FLOOR_NS
 
 U64_MASK: Final = (1 << 64) - 1
 INT64_MIN: Final = -(1 << 63)

@@ -4,7 +4,7 @@ A GPU waits when the thread that feeds it is descheduled or stalls on a page fau
 ``interval_s`` this source publishes, per target process and thread, the deltas of on-CPU and
 off-CPU time, runqueue wait, voluntary and involuntary switches and page faults, a log2 histogram
 of runqueue latency per process, and optionally the off-CPU intervals longer than a threshold
-(rows of the ``sched`` kind, see ``sched_rows``). The ``sched`` analyzer turns them into the
+(rows of the ``sched`` kind, see ``aaco.contract.sched``). The ``sched`` analyzer turns them into the
 ``aaco_sched_*`` metrics and the two indices of ``docs/metrics.md``.
 
 Backends (``backend``):
@@ -30,14 +30,13 @@ from typing import Literal, Protocol
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
-from aaco.agent.config_base import StrictModel
-from aaco.agent.errors import AacoError
-from aaco.agent.pipeline.stats import EVENTS_DROPPED
-
-from .base import Source, SourceContext, SourceRecord
-from .sched_proc import ProcBackend
-from .sched_rows import Drain, drain_to_table
-from .sched_targets import Resolution, TargetResolver
+from aaco.agent.sources.base import Source, SourceContext, SourceRecord
+from aaco.agent.sources.sched_proc import ProcBackend
+from aaco.agent.sources.sched_targets import Resolution, TargetResolver
+from aaco.contract.config_base import StrictModel
+from aaco.contract.errors import AacoError
+from aaco.contract.sched import Drain, drain_to_table
+from aaco.contract.stats import EVENTS_DROPPED
 
 log = logging.getLogger("aaco.sources.sched")
 
@@ -121,7 +120,7 @@ def select_backend(cfg: SchedSourceConfig) -> tuple[SchedBackend, str]:
     proc = lambda: ProcBackend(all_tasks=cfg.all_tasks, max_threads=cfg.max_threads)  # noqa: E731
     if cfg.backend == "proc":
         return proc(), "configured (backend: proc)"
-    from .sched_ebpf import EbpfBackend, EbpfSettings, unavailable_reason
+    from aaco.agent.sources.sched_ebpf import EbpfBackend, EbpfSettings, unavailable_reason
 
     reason = unavailable_reason()
     if reason is None:

@@ -26,10 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from aaco.agent.pipeline.clock import boottime_offset
-
-from .sched_btf import TaskLayout, task_layout
-from .sched_rows import (
+from aaco.agent.sources.sched_btf import TaskLayout, task_layout
+from aaco.contract.clock import boottime_offset
+from aaco.contract.sched import (
     FAULT_OFFCPU,
     FAULTS,
     INVOLUNTARY,

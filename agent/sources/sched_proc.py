@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .sched_rows import (
+from aaco.contract.sched import (
     FAULTS,
     INVOLUNTARY,
     MAJOR_FAULTS,

@@ -20,10 +20,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from aaco.agent.errors import AacoError
-from aaco.agent.pipeline.stats import SOURCE_RESTARTS
-
-from .base import Source, SourceContext
+from aaco.agent.sources.base import Source, SourceContext
+from aaco.contract.errors import AacoError
+from aaco.contract.stats import SOURCE_RESTARTS
 
 log = logging.getLogger("aaco.sources.supervise")
 

@@ -1,7 +1,7 @@
 """What the rocprof-family parsers share: the parse context, devices, launches, table builders, chunks.
 
 Every parser in this family turns a trace into ``ParsedTrace`` chunks of at most ``CHUNK_ROWS``
-rows, with the columns of the ``kernels`` and ``iterations`` schemas (``pipeline/schemas.py``).
+rows, with the columns of the ``kernels`` and ``iterations`` schemas (``contract/schemas.py``).
 Timestamps of rocprofv3, rocpd and rocprof v1/v2 are CLOCK_BOOTTIME nanoseconds: the caller
 passes the offset to apply (``TraceContext.clock``, by default sampled on this host with
 ``boottime_offset()``), and every chunk records it.
@@ -29,11 +29,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco.agent.pipeline.clock import ClockOffset, boottime_offset
-from aaco.agent.pipeline.ids import span_id, trace_id
-
-from .parsed import ParsedTrace
-from .rocprofv3_u64 import U64_MASK, TimeWindow
+from aaco.agent.sources.parsed import ParsedTrace
+from aaco.agent.sources.rocprofv3_u64 import U64_MASK, TimeWindow
+from aaco.contract.clock import ClockOffset, boottime_offset
+from aaco.contract.ids import span_id, trace_id
 
 CHUNK_ROWS = 65_536
 # Longest kernel / range name kept; a longer one is a bad row (no real symbol is this long, a

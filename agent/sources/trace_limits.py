@@ -28,9 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from aaco.agent.errors import TraceFormatError
-
-from .json_scan import JsonScanner, JsonTooDeepError
+from aaco.agent.sources.json_scan import JsonScanner, JsonTooDeepError
+from aaco.contract.errors import TraceFormatError
 
 GZIP_MAGIC = b"\x1f\x8b"
 DEFAULT_MAX_BYTES = 4 * 1024**3

@@ -17,7 +17,7 @@ import bcrypt
 import pytest
 import yaml
 
-from aaco.agent.pipeline.stats import Stats
+from aaco.contract.stats import Stats
 from aaco.exporters.prometheus import PrometheusConfig, PrometheusExporter
 from tests.conftest import skip_or_fail
 from tests.support.pki import make_pki

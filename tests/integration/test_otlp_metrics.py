@@ -7,8 +7,8 @@ import time
 import pytest
 
 from aaco.agent.config import load_config
-from aaco.agent.pipeline.signals import LATENCY_BUCKETS
 from aaco.agent.service import AgentService
+from aaco.contract.signals import LATENCY_BUCKETS
 from tests.support.otlp_receivers import GrpcReceiver, HttpReceiver
 
 pytestmark = pytest.mark.integration

@@ -18,9 +18,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from aaco.agent.config import load_config
-from aaco.agent.errors import ConfigError
 from aaco.agent.receivers.otlp import RECEIVER_ITEMS_REJECTED, RECEIVER_REQUESTS
 from aaco.agent.service import AgentService
+from aaco.contract.errors import ConfigError
 from tests.conftest import get_free_port
 from tests.support.otlp_receivers import GrpcReceiver
 

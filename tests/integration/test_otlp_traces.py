@@ -11,8 +11,8 @@ import grpc
 import pytest
 
 from aaco.agent.config import load_config
-from aaco.agent.pipeline.stats import EVENTS_DROPPED, EVENTS_EMITTED
 from aaco.agent.service import AgentService
+from aaco.contract.stats import EVENTS_DROPPED, EVENTS_EMITTED
 from tests.conftest import get_free_port
 from tests.support.otlp_receivers import GrpcReceiver, HttpReceiver
 

@@ -18,11 +18,11 @@ import pytest
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from aaco.agent.pipeline.budget import ByteBudget
-from aaco.agent.pipeline.stats import Stats
 from aaco.agent.receivers.config import OtlpReceiverConfig
 from aaco.agent.receivers.http_wire import RECEIVER_CONNECTIONS
 from aaco.agent.receivers.otlp import RECEIVER_ITEMS_REJECTED, RECEIVER_REQUESTS, OtlpReceiver
+from aaco.contract.budget import ByteBudget
+from aaco.contract.stats import Stats
 
 pytestmark = pytest.mark.integration
 

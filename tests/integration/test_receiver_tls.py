@@ -17,12 +17,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from aaco.agent.config import load_config
-from aaco.agent.errors import AacoError
-from aaco.agent.pipeline.stats import Stats
 from aaco.agent.receivers.config import OtlpReceiverConfig
 from aaco.agent.receivers.http_wire import RECEIVER_CONNECTIONS
 from aaco.agent.receivers.otlp import OtlpReceiver
 from aaco.agent.service import AgentService
+from aaco.contract.errors import AacoError
+from aaco.contract.stats import Stats
 from tests.conftest import get_free_port
 from tests.support.otlp_receivers import GrpcReceiver
 from tests.support.pki import Pki, make_pki

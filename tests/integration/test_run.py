@@ -7,7 +7,7 @@ import json
 import pyarrow.compute as pc
 import pytest
 
-from aaco.agent.pipeline.schemas import REQUIRED
+from aaco.contract.schemas import REQUIRED
 
 from .helpers import read_lake, run_aaco
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from aaco.agent.pipeline.schemas import EventBatch, conform
-from aaco.agent.sources import sched_rows as rows
 from aaco.agent.sources.sched import SchedCollector, SchedSourceConfig
 from aaco.analyzers.sched import SchedAnalyzer
+from aaco.contract import sched as rows
+from aaco.contract.schemas import EventBatch, conform
 from tests.conftest import skip_or_fail
 
 from .helpers import http_get, read_lake, run_aaco, start_aaco, wait_for

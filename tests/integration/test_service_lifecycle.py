@@ -8,14 +8,8 @@ import time
 import pytest
 
 from aaco.agent.config import load_config
-from aaco.agent.pipeline.stats import (
-    EVENTS_DROPPED,
-    EXPORT_ERRORS,
-    SOURCE_DROP_REASONS,
-    SOURCE_ERROR_REASONS,
-    SOURCE_ERRORS,
-)
 from aaco.agent.service import AgentService, State
+from aaco.contract.stats import EVENTS_DROPPED, EXPORT_ERRORS, SOURCE_DROP_REASONS, SOURCE_ERROR_REASONS, SOURCE_ERRORS
 from aaco.exporters.testing import InMemoryExporter
 
 pytestmark = pytest.mark.integration
@@ -146,8 +140,8 @@ def test_run_until_stopped_returns_when_the_sources_end_and_wakes_on_signals(tmp
 
 
 def test_a_crashed_source_is_restarted_and_reported_down_until_then(tmp_path, monkeypatch):
-    from aaco.agent.pipeline.stats import SOURCE_RESTARTS
     from aaco.agent.sources.trace_dir import TraceDirSource
+    from aaco.contract.stats import SOURCE_RESTARTS
 
     real = TraceDirSource.poll
     crashed: list[str] = []
@@ -186,7 +180,7 @@ def test_forwarders_are_labelled_by_signal_and_closed_within_the_deadline(tmp_pa
 
     from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 
-    from aaco.agent.pipeline.stats import EVENTS_DROPPED, QUEUE_CAPACITY
+    from aaco.contract.stats import EVENTS_DROPPED, QUEUE_CAPACITY
 
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))

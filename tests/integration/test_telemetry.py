@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from aaco.agent.pipeline.bus import Bus
-from aaco.agent.pipeline.stats import Stats
 from aaco.agent.sources.base import Journal, SourceContext
 from aaco.agent.sources.smi import SmiSource, SmiSourceConfig
 from aaco.agent.sources.smi.backends import open_backend
-from aaco.agent.sources.smi.model import GpuIdentity
 from aaco.agent.sources.smi.pods import PodAttribution
+from aaco.contract.stats import Stats
+from aaco.contract.telemetry import GpuIdentity
 from tests.conftest import sample_bytes
 from tests.support.fake_kubelet import FakeKubelet, pod
 

@@ -20,9 +20,9 @@ import pytest
 from scipy import stats
 
 from aaco.agent.lake_read import read_lake
-from aaco.agent.pipeline.schemas import EventBatch, conform
-from aaco.agent.pipeline.stats import Stats
-from aaco.agent.sources.smi import model as tm
+from aaco.contract import telemetry as tm
+from aaco.contract.schemas import EventBatch, conform
+from aaco.contract.stats import Stats
 from aaco.exporters.lake import LakeConfig, LakeExporter
 
 from .helpers import run_aaco

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aaco.agent.errors import TraceFormatError
-from aaco.agent.pipeline.clock import ClockOffset, in_epoch_range
-from aaco.agent.pipeline.schemas import conform
 from aaco.agent.sources.formats import TraceFile, identify
 from aaco.agent.sources.parsers import context_for, parse_any
+from aaco.contract.clock import ClockOffset, in_epoch_range
+from aaco.contract.errors import TraceFormatError
+from aaco.contract.schemas import conform
 
 # Raw values written over a number: unsigned 64-bit (valid in rocprofv3), beyond 64 bits, negative,
 # infinite, not a number, not numeric, and strings longer than any name a parser keeps.

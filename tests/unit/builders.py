@@ -7,9 +7,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from aaco.agent.pipeline.ids import span_id, trace_id
-from aaco.agent.pipeline.schemas import EventBatch, conform
-from aaco.agent.pipeline.signals import METRICS, MetricPoint
+from aaco.contract.ids import span_id, trace_id
+from aaco.contract.schemas import EventBatch, conform
+from aaco.contract.signals import METRICS, MetricPoint
 
 NODE = "node-a"
 

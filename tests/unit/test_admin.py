@@ -14,11 +14,11 @@ from pydantic import ValidationError
 
 from aaco.agent.admin import ADMIN_REQUESTS, TokenAuth, load_token, read_token
 from aaco.agent.admin_socket import AdminSocketServer, UnixHTTPConnection
-from aaco.agent.errors import AacoError
 from aaco.agent.pipeline.bus import Bus
-from aaco.agent.pipeline.stats import Stats
 from aaco.agent.sources.base import Journal, SourceContext
 from aaco.agent.sources.capture import CAPTURES, PF_KTHREAD, CaptureConfig, CaptureSource, Outcome, forbidden
+from aaco.contract.errors import AacoError
+from aaco.contract.stats import Stats
 from tests.conftest import skip_or_fail
 
 TOKEN = "k" * 40

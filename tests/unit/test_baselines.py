@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 
 from aaco.agent.baselines import build_baseline, diff, load_baseline, pair_models, save_baseline
-from aaco.agent.errors import AacoError
 from aaco.agent.lake_read import Lake
+from aaco.contract.errors import AacoError
 
 from .builders import iterations, kernels
 

@@ -14,15 +14,15 @@ import pytest
 from aaco.agent.config import AgentConfig
 from aaco.agent.pipeline.bus import Bus
 from aaco.agent.pipeline.correlator import Correlator
-from aaco.agent.pipeline.ids import span_id, trace_id
-from aaco.agent.pipeline.schemas import EventBatch, conform
-from aaco.agent.pipeline.stats import Stats
 from aaco.agent.pipeline.worker import Pipeline
 from aaco.agent.service import build_analyzers
-from aaco.agent.sources import sched_rows as rows
-from aaco.agent.sources.smi import model as tm
 from aaco.analyzers.bottleneck import BOTTLENECK_CLASS, BOTTLENECK_CONFIDENCE, BottleneckAnalyzer
 from aaco.analyzers.bottleneck_rules import CLASSES
+from aaco.contract import sched as rows
+from aaco.contract import telemetry as tm
+from aaco.contract.ids import span_id, trace_id
+from aaco.contract.schemas import EventBatch, conform
+from aaco.contract.stats import Stats
 
 from .builders import assert_points_valid
 

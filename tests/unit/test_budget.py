@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from aaco.agent.pipeline.budget import BUDGET_HELD, BUDGET_LIMIT, ByteBudget
-from aaco.agent.pipeline.stats import Stats
+from aaco.contract.budget import BUDGET_HELD, BUDGET_LIMIT, ByteBudget
+from aaco.contract.stats import Stats
 
 
 def test_admission_refuses_what_would_pass_the_limit_and_acquire_never_refuses():

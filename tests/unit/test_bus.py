@@ -11,15 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aaco.agent.pipeline.bus import Bus
-from aaco.agent.pipeline.schemas import EventBatch, conform
-from aaco.agent.pipeline.stats import (
-    EVENTS_DROPPED,
-    EVENTS_EMITTED,
-    EVENTS_RECEIVED,
-    QUEUE_CAPACITY,
-    QUEUE_DEPTH,
-    Stats,
-)
+from aaco.contract.schemas import EventBatch, conform
+from aaco.contract.stats import EVENTS_DROPPED, EVENTS_EMITTED, EVENTS_RECEIVED, QUEUE_CAPACITY, QUEUE_DEPTH, Stats
 
 
 def batch(rows: int, source: str = "src", tag: int = 0) -> EventBatch:

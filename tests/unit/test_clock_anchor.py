@@ -10,7 +10,6 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from aaco.agent.pipeline.clock import EPOCH_FLOOR_NS, ClockOffset, boottime_offset
 from aaco.agent.sources.clock_anchor import (
     ANCHOR_UNCERTAINTY_NS,
     FUTURE_SLACK_NS,
@@ -22,6 +21,7 @@ from aaco.agent.sources.formats import TraceFile, identify
 from aaco.agent.sources.parsed import ParsedTrace
 from aaco.agent.sources.parsers import context_for, parse_any
 from aaco.agent.sources.trace_common import TraceContext
+from aaco.contract.clock import EPOCH_FLOOR_NS, ClockOffset, boottime_offset
 
 S = 10**9
 MTIME = 1_709_294_400 * S  # 2024-03-01T12:00:00Z: when the file was written

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aaco.agent.pipeline import ids
-from aaco.agent.pipeline.clock import ClockOffset, boottime_offset, us_to_ns
-from aaco.agent.pipeline.ids import span_id, trace_id
+from aaco.contract import ids
+from aaco.contract.clock import ClockOffset, boottime_offset, us_to_ns
+from aaco.contract.ids import span_id, trace_id
 
 # --- clock ---------------------------------------------------------------------------------------------
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from aaco.agent.config import AgentConfig, load_config, source_names
-from aaco.agent.errors import ConfigError
 from aaco.agent.sources import REGISTRY
 from aaco.agent.sources.ort import OrtSourceConfig
 from aaco.agent.sources.replay import ReplaySourceConfig
+from aaco.contract.errors import ConfigError
 
 NO_ENV: dict[str, str] = {}
 

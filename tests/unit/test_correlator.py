@@ -6,9 +6,9 @@ import pyarrow as pa
 import pytest
 
 from aaco.agent.pipeline.correlator import CORRELATED, Correlator
-from aaco.agent.pipeline.ids import span_id, trace_id
-from aaco.agent.pipeline.schemas import EventBatch, conform
-from aaco.agent.pipeline.stats import EVENTS_EMITTED, EVENTS_RECEIVED, Stats
+from aaco.contract.ids import span_id, trace_id
+from aaco.contract.schemas import EventBatch, conform
+from aaco.contract.stats import EVENTS_EMITTED, EVENTS_RECEIVED, Stats
 
 from .builders import NODE, item, iterations, kernels
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from aaco.agent.pipeline.bus import Bus
 from aaco.agent.pipeline.correlator import Correlator
-from aaco.agent.pipeline.stats import Stats
 from aaco.agent.pipeline.worker import FINDINGS, Pipeline
-from aaco.analyzers.base import DerivedAnalyzer, Finding
+from aaco.analyzers.base import DerivedAnalyzer
+from aaco.contract.snapshot import Finding
+from aaco.contract.stats import Stats
 from aaco.exporters.testing import InMemoryExporter
 
 

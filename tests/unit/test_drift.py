@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aaco.agent.pipeline.ids import trace_id
-from aaco.agent.pipeline.schemas import conform
 from aaco.analyzers.drift import DETECTORS, Baseline, ChangePoint, Cusum, Ewma, matched_interval, siegmund_arl
 from aaco.analyzers.drift_analyzer import DriftAnalyzer
+from aaco.contract.ids import trace_id
+from aaco.contract.schemas import conform
 
 from .builders import assert_points_valid, item, iterations, kernels
 

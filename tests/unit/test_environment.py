@@ -9,11 +9,11 @@ import pyarrow as pa
 import pytest
 
 from aaco.agent.environment import differences, environment, lake_environment, machine_environment
-from aaco.agent.errors import AacoError
 from aaco.agent.lake_read import Lake, read_lake
-from aaco.agent.pipeline.schemas import EventBatch, conform
-from aaco.agent.pipeline.stats import Stats
-from aaco.agent.sources.smi import model as tm
+from aaco.contract import telemetry as tm
+from aaco.contract.errors import AacoError
+from aaco.contract.schemas import EventBatch, conform
+from aaco.contract.stats import Stats
 from aaco.exporters.lake import LakeConfig, LakeExporter
 
 from .builders import iterations, kernels

@@ -11,7 +11,7 @@ import pytest
 from aaco.agent.sources.formats import identify
 from aaco.agent.sources.parsers import context_for, parse_any
 from aaco.analyzers.families import FAMILY_PER_ITERATION, FAMILY_SECONDS, OTHER_NAMES, FamiliesAnalyzer
-from aaco.analyzers.kernels import FAMILIES, families, family_of
+from aaco.contract.kernels import FAMILIES, families, family_of
 
 from .builders import assert_points_valid, item, iterations, kernels
 

@@ -6,10 +6,11 @@ import json
 
 from aaco.agent.pipeline.bus import Bus
 from aaco.agent.pipeline.correlator import Correlator
-from aaco.agent.pipeline.schemas import EventBatch, conform
-from aaco.agent.pipeline.stats import EVENTS_DROPPED, Stats
 from aaco.agent.pipeline.worker import FINDINGS, Pipeline
-from aaco.analyzers.base import Analyzer, Finding
+from aaco.analyzers.base import Analyzer
+from aaco.contract.schemas import EventBatch, conform
+from aaco.contract.snapshot import Finding
+from aaco.contract.stats import EVENTS_DROPPED, Stats
 from aaco.exporters.testing import InMemoryExporter
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from aaco.agent.errors import TraceFormatError
 from aaco.agent.sources.formats import expand, identify, read_all, read_head, recognise, sniff
+from aaco.contract.errors import TraceFormatError
 
 ORT = (
     b'[\n{"cat" : "Session","pid" :1,"tid" :1,"dur" :5,"ts" :1,"ph" : "X","name" :"model_loading_uri","args" : {}}\n]\n'

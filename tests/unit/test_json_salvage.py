@@ -16,12 +16,12 @@ from pathlib import Path
 import ijson
 import pytest
 
-from aaco.agent.errors import TraceFormatError
 from aaco.agent.sources.formats import identify
 from aaco.agent.sources.json_salvage import load_json
 from aaco.agent.sources.parsers import context_for, parse_any
 from aaco.agent.sources.rocprofv3_u64 import NumberGuard
 from aaco.agent.sources.trace_limits import Document, JsonDepthError, TraceLimits
+from aaco.contract.errors import TraceFormatError
 from tests.support import tracegen
 from tests.unit import test_ort_profile
 

@@ -12,13 +12,13 @@ import orjson
 import pyarrow.compute as pc
 import pytest
 
-from aaco.agent.pipeline.clock import in_epoch_range
-from aaco.agent.pipeline.ids import trace_id
-from aaco.agent.pipeline.schemas import conform
 from aaco.agent.sources.formats import identify
 from aaco.agent.sources.kineto import kineto_clock, parse_kineto
 from aaco.agent.sources.parsers import context_for, parse_any
 from aaco.agent.sources.trace_common import MAX_NAME_BYTES
+from aaco.contract.clock import in_epoch_range
+from aaco.contract.ids import trace_id
+from aaco.contract.schemas import conform
 
 MI250 = "kineto/mi250_minitoy_train_ROCm6_2_kineto.json.gz"
 A100 = "kineto/a100_alexnet_trace.json.gz"

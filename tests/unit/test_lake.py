@@ -11,10 +11,10 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from aaco.agent.pipeline.schemas import SCHEMAS, EventBatch, conform
-from aaco.agent.pipeline.stats import EVENTS_EMITTED, EVENTS_RECEIVED, EXPORT_ERRORS, Stats
-from aaco.analyzers.base import AnalysisSnapshot
 from aaco.analyzers.latency import LatencyAnalyzer
+from aaco.contract.schemas import SCHEMAS, EventBatch, conform
+from aaco.contract.snapshot import AnalysisSnapshot
+from aaco.contract.stats import EVENTS_EMITTED, EVENTS_RECEIVED, EXPORT_ERRORS, Stats
 from aaco.exporters.base import ExportResult
 from aaco.exporters.lake import LakeConfig, LakeExporter, write_json_atomic
 

@@ -8,10 +8,10 @@ import os
 import pyarrow.dataset as ds
 import pytest
 
-from aaco.agent.errors import AacoError
-from aaco.agent.pipeline.ledger import Ledger
-from aaco.agent.pipeline.schemas import EventBatch, conform
-from aaco.agent.pipeline.stats import EVENTS_DROPPED, Stats
+from aaco.contract.errors import AacoError
+from aaco.contract.ledger import Ledger
+from aaco.contract.schemas import EventBatch, conform
+from aaco.contract.stats import EVENTS_DROPPED, Stats
 from aaco.exporters.lake import LakeConfig, LakeExporter
 
 DAY = 1_795_000_000_000_000_000

@@ -7,10 +7,10 @@ import stat
 
 import pytest
 
-from aaco.agent.pipeline.files import make_dirs, write_bytes_atomic
-from aaco.agent.pipeline.stats import Stats
 from aaco.agent.sources.ingest import Quarantine
 from aaco.agent.sources.trace_common import BadRow
+from aaco.contract.files import make_dirs, write_bytes_atomic
+from aaco.contract.stats import Stats
 from aaco.exporters.base import ExportResult
 from aaco.exporters.lake import LakeConfig, LakeExporter
 from tests.support.modes import loose

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from aaco.agent.pipeline.signals import LATENCY_BUCKETS, HistogramValue
 from aaco.analyzers.latency import ITERATION_LATENCY, THROUGHPUT, LatencyAnalyzer
+from aaco.contract.signals import LATENCY_BUCKETS, HistogramValue
 
 from .builders import NODE, assert_points_valid, item, iterations
 

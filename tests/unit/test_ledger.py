@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aaco.agent.pipeline.ledger import Ledger
+from aaco.contract.ledger import Ledger
 
 
 def test_offset_advances_only_over_complete_contiguous_ranges():

@@ -7,13 +7,13 @@ import json
 import orjson
 import pytest
 
-from aaco.agent.pipeline.clock import ClockOffset
-from aaco.agent.pipeline.ids import span_id, trace_id
-from aaco.agent.pipeline.schemas import conform
 from aaco.agent.sources.formats import identify
 from aaco.agent.sources.ort_profile import MAX_PROFILE_US, parse_ort_profile, profile_extent_us
 from aaco.agent.sources.parsers import context_for, parse_any
 from aaco.agent.sources.trace_common import MAX_NAME_BYTES
+from aaco.contract.clock import ClockOffset
+from aaco.contract.ids import span_id, trace_id
+from aaco.contract.schemas import conform
 
 OFF = 1_700_000_000_000_000_000
 CLOCK = ClockOffset(OFF, 1000, "ort-profiling-start")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pyarrow as pa
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from aaco.agent.pipeline.schemas import conform
-from aaco.agent.pipeline.stats import Stats
+from aaco.contract.schemas import conform
+from aaco.contract.stats import Stats
 from aaco.exporters.otlp_assembly import TraceAssembler
 
 from .builders import NODE, item, iterations

@@ -6,8 +6,8 @@ import threading
 
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from aaco.agent.pipeline.budget import ByteBudget
-from aaco.agent.pipeline.stats import EVENTS_DROPPED, EVENTS_EMITTED, Stats
+from aaco.contract.budget import ByteBudget
+from aaco.contract.stats import EVENTS_DROPPED, EVENTS_EMITTED, Stats
 from aaco.exporters.otlp_assembly import TraceAssembler
 from aaco.exporters.otlp_settings import OtlpConfig
 from aaco.exporters.otlp_traces import OtlpTraceExporter

@@ -7,7 +7,7 @@ import time
 
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
 
-from aaco.agent.pipeline.stats import EVENTS_DROPPED, EVENTS_EMITTED, EXPORT_ERRORS, Stats
+from aaco.contract.stats import EVENTS_DROPPED, EVENTS_EMITTED, EXPORT_ERRORS, Stats
 from aaco.exporters.otlp_metrics import COMPONENT, OtlpMetricsExporter, data_points
 from aaco.exporters.otlp_settings import OtlpConfig
 

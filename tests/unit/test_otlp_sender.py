@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from aaco.agent.pipeline.budget import ByteBudget
-from aaco.agent.pipeline.stats import EVENTS_DROPPED, EVENTS_EMITTED, EXPORT_ERRORS, Stats
+from aaco.contract.budget import ByteBudget
+from aaco.contract.stats import EVENTS_DROPPED, EVENTS_EMITTED, EXPORT_ERRORS, Stats
 from aaco.exporters.otlp_sender import QUEUE_BYTES, OtlpSender
 from aaco.exporters.otlp_settings import OtlpTarget
 from aaco.exporters.otlp_transport import SendResult

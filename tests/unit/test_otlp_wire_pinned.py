@@ -20,7 +20,7 @@ from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.resource.v1 import resource_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from aaco.agent.pipeline.schemas import SCHEMAS, conform
+from aaco.contract.schemas import SCHEMAS, conform
 from aaco.exporters import otlp_wire as w
 from aaco.exporters.otlp_assembly import retrace
 from aaco.exporters.otlp_spans import RootSpan, SpanEncoder, SpanEvent

@@ -6,8 +6,8 @@ import pytest
 
 from aaco.agent.pipeline.bus import Bus
 from aaco.agent.pipeline.correlator import Correlator
-from aaco.agent.pipeline.stats import Stats
 from aaco.agent.pipeline.worker import MAX_IDLE_WAIT_S, MIN_IDLE_WAIT_S, Pipeline
+from aaco.contract.stats import Stats
 from aaco.exporters.testing import InMemoryExporter
 
 from .builders import item, iterations, kernels

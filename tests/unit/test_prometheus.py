@@ -18,12 +18,12 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from aaco.agent import __version__
-from aaco.agent.errors import AacoError
-from aaco.agent.pipeline.signals import LATENCY_BUCKETS, HistogramValue, MetricPoint
-from aaco.agent.pipeline.stats import EVENTS_DROPPED, QUEUE_DEPTH, Stats
-from aaco.analyzers.base import AnalysisSnapshot
 from aaco.analyzers.kar import KarAnalyzer
 from aaco.analyzers.latency import ITERATION_LATENCY, LatencyAnalyzer
+from aaco.contract.errors import AacoError
+from aaco.contract.signals import LATENCY_BUCKETS, HistogramValue, MetricPoint
+from aaco.contract.snapshot import AnalysisSnapshot
+from aaco.contract.stats import EVENTS_DROPPED, QUEUE_DEPTH, Stats
 from aaco.exporters.base import ExportResult
 from aaco.exporters.prometheus import METRICS_SERVER_REFUSED, PrometheusConfig, PrometheusExporter, render
 from aaco.exporters.web_config import WEB_CONFIG_RELOADS

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aaco.agent.errors import TraceFormatError
-from aaco.agent.pipeline.clock import ClockOffset
 from aaco.agent.sources.formats import identify
 from aaco.agent.sources.parsers import context_for, parse_any
 from aaco.agent.sources.rocprofv3_csv import Rocprofv3CsvDecoder
 from aaco.agent.sources.trace_common import TraceContext
+from aaco.contract.clock import ClockOffset
+from aaco.contract.errors import TraceFormatError
 
 from .test_rocprof_json import build
 

@@ -12,14 +12,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from aaco.agent.pipeline.clock import ClockOffset
-from aaco.agent.pipeline.schemas import conform
 from aaco.agent.sources import rocprofv3_csv
 from aaco.agent.sources.formats import identify, sniff
 from aaco.agent.sources.parsers import context_for, parse_any
 from aaco.agent.sources.rocprofv3_csv import Rocprofv3CsvDecoder, companions, read_agent_info
 from aaco.agent.sources.trace_common import TraceContext
 from aaco.agent.sources.trace_limits import TraceLimitError, TraceLimits
+from aaco.contract.clock import ClockOffset
+from aaco.contract.schemas import conform
 
 OFFSET = 1_700_000_000_000_000_000
 CLOCK = ClockOffset(OFFSET, 10, "test")

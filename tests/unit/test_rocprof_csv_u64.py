@@ -9,12 +9,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco.agent.pipeline.clock import ClockOffset
 from aaco.agent.sources.csv_rows import U64, WIDE
 from aaco.agent.sources.formats import identify
 from aaco.agent.sources.parsers import context_for, parse_any
 from aaco.agent.sources.rocprofv3_csv import Rocprofv3CsvDecoder
 from aaco.agent.sources.trace_common import TraceContext
+from aaco.contract.clock import ClockOffset
 from tests.support.tracegen import HEADER_22
 
 OFFSET = 1_700_000_000_000_000_000

@@ -11,12 +11,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from aaco.agent.pipeline.clock import ClockOffset
-from aaco.agent.pipeline.schemas import conform
 from aaco.agent.sources import rocprofv3_json
 from aaco.agent.sources.formats import identify
 from aaco.agent.sources.parsers import context_for, parse_any
 from aaco.agent.sources.trace_limits import TraceLimitError, TraceLimits
+from aaco.contract.clock import ClockOffset
+from aaco.contract.schemas import conform
 
 CLOCK = ClockOffset(1_700_000_000_000_000_000, 10, "test")
 PID = 4242

@@ -10,11 +10,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from aaco.agent.errors import TraceFormatError
-from aaco.agent.pipeline.clock import ClockOffset
-from aaco.agent.pipeline.schemas import conform
 from aaco.agent.sources.formats import TraceFile, identify
 from aaco.agent.sources.parsers import ITERATIONS_FIRST, TAILABLE, context_for, model_from_path, parse_any
+from aaco.contract.clock import ClockOffset
+from aaco.contract.errors import TraceFormatError
+from aaco.contract.schemas import conform
 from tests.support import tracegen
 
 CLOCK = ClockOffset(1_700_000_000 * 10**9, 1, "test")  # an explicit offset: no re-anchoring

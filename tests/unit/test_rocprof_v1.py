@@ -10,11 +10,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from aaco.agent.pipeline.clock import ClockOffset
-from aaco.agent.pipeline.schemas import conform
 from aaco.agent.sources.formats import identify
 from aaco.agent.sources.parsers import context_for, parse_any
 from aaco.agent.sources.trace_common import MAX_NAME_BYTES
+from aaco.contract.clock import ClockOffset
+from aaco.contract.schemas import conform
 
 CLOCK = ClockOffset(1_000_000_000_000_000_000, 10, "test")
 

@@ -7,9 +7,6 @@ import math
 import numpy as np
 import pytest
 
-from aaco.agent.pipeline.schemas import EventBatch, conform
-from aaco.agent.pipeline.signals import HistogramValue
-from aaco.agent.sources import sched_rows as rows
 from aaco.analyzers.sched import (
     FAULT_PENALTY,
     INTERFERENCE,
@@ -21,6 +18,9 @@ from aaco.analyzers.sched import (
     interference_index,
     log2_quantile,
 )
+from aaco.contract import sched as rows
+from aaco.contract.schemas import EventBatch, conform
+from aaco.contract.signals import HistogramValue
 
 S = 1_000_000_000
 

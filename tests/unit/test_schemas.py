@@ -5,15 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from aaco.agent.pipeline.schemas import (
-    REQUIRED,
-    SCHEMAS,
-    TIME_COLUMN,
-    EventBatch,
-    SchemaError,
-    conform,
-    empty,
-)
+from aaco.contract.schemas import REQUIRED, SCHEMAS, TIME_COLUMN, EventBatch, SchemaError, conform, empty
 
 # DESIGN.md section 3, verbatim.
 DESIGN_REQUIRED = {

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from aaco.agent.errors import AacoError, ConfigError
-from aaco.agent.pipeline.signals import LATENCY_BUCKETS, METRICS, PointBuilder, define
-from aaco.analyzers.base import AnalysisSnapshot, ratio
+from aaco.analyzers.base import ratio
 from aaco.analyzers.kar import KarAnalyzer
 from aaco.analyzers.latency import LatencyAnalyzer
+from aaco.contract.errors import AacoError, ConfigError
+from aaco.contract.signals import LATENCY_BUCKETS, METRICS, PointBuilder, define
+from aaco.contract.snapshot import AnalysisSnapshot
 
 from .builders import NODE, assert_points_valid, item, iterations
 

@@ -8,7 +8,7 @@ import pytest
 
 from aaco.agent.sources.smi.backends import BackendOptions, open_backend
 from aaco.agent.sources.smi.calls import BackendError
-from aaco.agent.sources.smi.model import Snapshot
+from aaco.contract.telemetry import Snapshot
 
 from .smi_fakes import FakeAmdGpu, FakeGpu, fake_amdsmi, fake_nvml
 

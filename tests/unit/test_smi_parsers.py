@@ -13,11 +13,11 @@ import pytest
 from aaco.agent.sources.smi import gpu_metrics, ttar
 from aaco.agent.sources.smi.amd_smi import parse_amd_smi
 from aaco.agent.sources.smi.capture import read_capture, sniff
-from aaco.agent.sources.smi.model import GpuSample, Snapshot, normalize_pci, to_table
 from aaco.agent.sources.smi.nvidia_smi import parse_nvidia_smi
 from aaco.agent.sources.smi.rocm_smi import parse_rocm_smi
 from aaco.agent.sources.smi.sysfs import DirTree, SysfsReader, read_sysfs
 from aaco.agent.sources.smi.values import TelemetryFormatError, number, scale
+from aaco.contract.telemetry import GpuSample, Snapshot, normalize_pci, to_table
 from tests.conftest import sample_bytes
 
 from .smi_fakes import fail_reads_of
@@ -485,7 +485,7 @@ def test_rows_carry_identity_units_and_pods(samples: Path):
         "pci.bus_id": "0000:01:00.0",
         "k8s.pod.name": "p",
     }
-    from aaco.agent.pipeline.schemas import conform
+    from aaco.contract.schemas import conform
 
     assert conform("telemetry", table).num_rows == len(rows)
 

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from aaco.agent.pipeline.bus import Bus
-from aaco.agent.pipeline.stats import EVENTS_DROPPED, SOURCE_ERRORS, Stats
 from aaco.agent.sources.base import Journal, SourceContext
 from aaco.agent.sources.smi import SmiSource, SmiSourceConfig
 from aaco.agent.sources.smi.backends import BackendOptions, open_backend
 from aaco.agent.sources.smi.calls import BackendError, BackendTimeoutError, TimedCaller, run_tool
-from aaco.agent.sources.smi.model import GpuIdentity, GpuSample, Snapshot
 from aaco.agent.sources.smi.tracker import FixedRate, GpuTracker
+from aaco.contract.stats import EVENTS_DROPPED, SOURCE_ERRORS, Stats
+from aaco.contract.telemetry import GpuIdentity, GpuSample, Snapshot
 
 from .smi_fakes import FakeGpu, fail_reads_of, fake_nvml
 
@@ -332,8 +332,8 @@ def test_a_missing_capture_is_a_fatal_problem_naming_the_file(tmp_path: Path):
 
 
 def test_to_table_rows_carry_identity_reading_and_pod_attributes():
-    from aaco.agent.pipeline.schemas import SCHEMAS, conform
-    from aaco.agent.sources.smi.model import to_table
+    from aaco.contract.schemas import SCHEMAS, conform
+    from aaco.contract.telemetry import to_table
 
     a = GpuSample(GpuIdentity("0", uuid="u0", pci_bus="0000:09:00.0", model="MI300X", vendor="amd"))
     a.add("hw.power", 400.0)

@@ -17,10 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from aaco.agent.errors import AacoError
 from aaco.agent.pipeline.bus import Bus
-from aaco.agent.pipeline.ledger import Ledger
-from aaco.agent.pipeline.stats import SOURCE_ERRORS, SOURCE_LAG, SOURCE_RESTARTS, Stats
 from aaco.agent.sources import formats, ingest, replay
 from aaco.agent.sources.base import Journal, Source, SourceContext
 from aaco.agent.sources.formats import identify
@@ -30,6 +27,9 @@ from aaco.agent.sources.replay import ReplaySource, ReplaySourceConfig
 from aaco.agent.sources.rocprofv3_csv import Rocprofv3CsvDecoder
 from aaco.agent.sources.supervise import Supervisor
 from aaco.agent.sources.trace_dir import TraceDirConfig, TraceDirSource
+from aaco.contract.errors import AacoError
+from aaco.contract.ledger import Ledger
+from aaco.contract.stats import SOURCE_ERRORS, SOURCE_LAG, SOURCE_RESTARTS, Stats
 
 from .test_rocprof_csv import hip_trace, sample_rows
 

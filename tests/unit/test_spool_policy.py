@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from aaco.agent.pipeline.stats import SOURCE_ERRORS
 from aaco.agent.sources.spool_policy import SpoolPolicy, SpoolRefusedError
 from aaco.agent.sources.trace_dir import TraceDirConfig, TraceDirSource
+from aaco.contract.stats import SOURCE_ERRORS
 from tests.conftest import skip_or_fail
 
 from .test_source_supervision import A100, context, drain, poll_until_settled

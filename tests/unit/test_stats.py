@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from aaco.agent.pipeline.stats import (
+from aaco.contract.stats import (
     EVENTS_DROPPED,
     EVENTS_RECEIVED,
     EXPORT_ERRORS,

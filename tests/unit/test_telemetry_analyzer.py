@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from aaco.agent.pipeline.schemas import EventBatch, conform
 from aaco.agent.sources.smi.capture import read_capture
-from aaco.agent.sources.smi.model import to_table
 from aaco.analyzers.telemetry import TelemetryAnalyzer
+from aaco.contract.schemas import EventBatch, conform
+from aaco.contract.telemetry import to_table
 
 
 def batch(path: Path, ts: int, source: str = "smi", pods: dict | None = None) -> EventBatch:

@@ -9,10 +9,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from aaco.agent.pipeline.schemas import ATTRS, EventBatch, conform
 from aaco.agent.sources.smi.capture import read_capture
-from aaco.agent.sources.smi.model import to_table
 from aaco.analyzers.throttle import ThrottleAnalyzer, bootstrap_medians
+from aaco.contract.schemas import ATTRS, EventBatch, conform
+from aaco.contract.telemetry import to_table
 
 from .builders import assert_points_valid, item, iterations, kernels
 

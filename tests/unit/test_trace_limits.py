@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from aaco.agent.errors import TraceFormatError
 from aaco.agent.sources.formats import TraceFile
 from aaco.agent.sources.json_scan import JsonScanner, JsonTooDeepError
 from aaco.agent.sources.parsers import context_for, parse_any
@@ -26,6 +25,7 @@ from aaco.agent.sources.trace_limits import (
     open_trace,
     read_document,
 )
+from aaco.contract.errors import TraceFormatError
 
 PAYLOAD = b"".join(b"row %d,some text that compresses,%d\n" % (i, i * 7) for i in range(20_000))
 
@@ -203,7 +203,7 @@ CHILD = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    from aaco.agent.errors import TraceFormatError
+    from aaco.contract.errors import TraceFormatError
     from aaco.agent.sources.formats import identify
     from aaco.agent.sources.parsers import context_for, parse_any
     tf = identify(Path(sys.argv[1]))

@@ -7,7 +7,6 @@ import pyarrow as pa
 import pytest
 from scipy import stats
 
-from aaco.agent.pipeline.schemas import conform
 from aaco.analyzers.baseline import latency_samples, model_profile, union_per_group
 from aaco.analyzers.verdict import (
     RECOMMENDATIONS,
@@ -18,6 +17,7 @@ from aaco.analyzers.verdict import (
     latency_test,
     severity,
 )
+from aaco.contract.schemas import conform
 
 MS, US = 1_000_000, 1_000
 

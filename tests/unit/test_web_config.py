@@ -15,8 +15,8 @@ import bcrypt
 import pytest
 import yaml
 
-from aaco.agent.errors import AacoError
-from aaco.agent.pipeline.stats import Stats
+from aaco.contract.errors import AacoError
+from aaco.contract.stats import Stats
 from aaco.exporters.web_config import (
     WEB_CONFIG_RELOADS,
     BasicAuth,

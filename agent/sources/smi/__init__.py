@@ -23,15 +23,14 @@ from typing import Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
-from aaco.agent.config_base import StrictModel
-
-from ..base import Source, SourceContext
-from .backends import Backend, BackendName, BackendOptions, open_backend
-from .calls import BackendError
-from .model import Snapshot, to_table
-from .pods import DEFAULT_SOCKET, GPU_RESOURCES, PodAttribution
-from .tracker import FixedRate, GpuTracker
-from .values import TelemetryFormatError
+from aaco.agent.sources.base import Source, SourceContext
+from aaco.agent.sources.smi.backends import Backend, BackendName, BackendOptions, open_backend
+from aaco.agent.sources.smi.calls import BackendError
+from aaco.agent.sources.smi.pods import DEFAULT_SOCKET, GPU_RESOURCES, PodAttribution
+from aaco.agent.sources.smi.tracker import FixedRate, GpuTracker
+from aaco.agent.sources.smi.values import TelemetryFormatError
+from aaco.contract.config_base import StrictModel
+from aaco.contract.telemetry import Snapshot, to_table
 
 log = logging.getLogger("aaco.sources.smi")
 

@@ -17,7 +17,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from .model import (
+from aaco.agent.sources.smi.values import Fields, TelemetryFormatError
+from aaco.contract.telemetry import (
     CLOCK,
     CLOCK_MAX,
     ENERGY,
@@ -35,7 +36,6 @@ from .model import (
     Snapshot,
     normalize_pci,
 )
-from .values import Fields, TelemetryFormatError
 
 FORMAT: Final = "amd-smi"
 

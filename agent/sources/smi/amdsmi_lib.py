@@ -19,8 +19,9 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Final, TypeVar
 
-from . import gpu_metrics
-from .model import (
+from aaco.agent.sources.smi import gpu_metrics
+from aaco.agent.sources.smi.values import Fields
+from aaco.contract.telemetry import (
     CLOCK,
     CLOCK_MAX,
     ENERGY,
@@ -38,7 +39,6 @@ from .model import (
     Snapshot,
     normalize_pci,
 )
-from .values import Fields
 
 FORMAT: Final = "amdsmi"
 T = TypeVar("T")

@@ -22,16 +22,16 @@ from typing import Any, Final, Literal
 
 import orjson
 
-from .amd_smi import parse_amd_smi, parse_identities
-from .amdsmi_lib import AmdSmiReader
-from .calls import BackendError, TimedCaller, run_tool
-from .capture import read_capture
-from .model import GpuIdentity, Snapshot
-from .nvidia_smi import parse_nvidia_smi
-from .nvml import NvmlReader
-from .rocm_smi import parse_rocm_smi
-from .sysfs import DirTree, SysfsReader, amd_cards
-from .values import TelemetryFormatError
+from aaco.agent.sources.smi.amd_smi import parse_amd_smi, parse_identities
+from aaco.agent.sources.smi.amdsmi_lib import AmdSmiReader
+from aaco.agent.sources.smi.calls import BackendError, TimedCaller, run_tool
+from aaco.agent.sources.smi.capture import read_capture
+from aaco.agent.sources.smi.nvidia_smi import parse_nvidia_smi
+from aaco.agent.sources.smi.nvml import NvmlReader
+from aaco.agent.sources.smi.rocm_smi import parse_rocm_smi
+from aaco.agent.sources.smi.sysfs import DirTree, SysfsReader, amd_cards
+from aaco.agent.sources.smi.values import TelemetryFormatError
+from aaco.contract.telemetry import GpuIdentity, Snapshot
 
 BackendName = Literal["auto", "amdsmi", "amd-smi", "rocm-smi", "sysfs", "nvml", "nvidia-smi", "file"]
 BACKENDS: Final = ("auto", "amdsmi", "amd-smi", "rocm-smi", "sysfs", "nvml", "nvidia-smi", "file")

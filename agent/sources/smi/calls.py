@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from aaco.agent.errors import AacoError
+from aaco.contract.errors import AacoError
 
 T = TypeVar("T")
 

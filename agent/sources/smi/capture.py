@@ -16,13 +16,13 @@ from typing import Final
 
 import orjson
 
-from . import ttar
-from .amd_smi import parse_amd_smi
-from .model import Snapshot
-from .nvidia_smi import parse_nvidia_smi
-from .rocm_smi import parse_rocm_smi
-from .sysfs import ArchiveTree, read_sysfs
-from .values import TelemetryFormatError
+from aaco.agent.sources.smi import ttar
+from aaco.agent.sources.smi.amd_smi import parse_amd_smi
+from aaco.agent.sources.smi.nvidia_smi import parse_nvidia_smi
+from aaco.agent.sources.smi.rocm_smi import parse_rocm_smi
+from aaco.agent.sources.smi.sysfs import ArchiveTree, read_sysfs
+from aaco.agent.sources.smi.values import TelemetryFormatError
+from aaco.contract.telemetry import Snapshot
 
 MAX_CAPTURE_BYTES: Final = 64 * 1024 * 1024
 GZIP_MAGIC: Final = b"\x1f\x8b"

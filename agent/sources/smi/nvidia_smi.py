@@ -16,7 +16,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Final
 
-from .model import (
+from aaco.agent.sources.smi.values import Fields, TelemetryFormatError
+from aaco.contract.telemetry import (
     CLOCK,
     CLOCK_MAX,
     ENERGY,
@@ -35,7 +36,6 @@ from .model import (
     Snapshot,
     normalize_pci,
 )
-from .values import Fields, TelemetryFormatError
 
 FORMAT: Final = "nvidia-smi"
 

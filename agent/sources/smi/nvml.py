@@ -17,7 +17,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Final, TypeVar
 
-from .model import (
+from aaco.agent.sources.smi.values import Fields
+from aaco.contract.telemetry import (
     CLOCK,
     CLOCK_MAX,
     ENERGY,
@@ -35,7 +36,6 @@ from .model import (
     Snapshot,
     normalize_pci,
 )
-from .values import Fields
 
 FORMAT: Final = "nvml"
 T = TypeVar("T")

@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from .model import ATTR_CONTAINER, ATTR_NAMESPACE, ATTR_POD, GpuIdentity, normalize_pci
+from aaco.contract.telemetry import ATTR_CONTAINER, ATTR_NAMESPACE, ATTR_POD, GpuIdentity, normalize_pci
 
 if TYPE_CHECKING:  # gRPC and the stubs load when the kubelet is first asked, not when the agent starts
     import grpc
 
-    from .podresources import api_pb2, api_pb2_grpc
+    from aaco.agent.sources.smi.podresources import api_pb2, api_pb2_grpc
 
 log = logging.getLogger("aaco.sources.smi.pods")
 _ABSENT_SAID: set[str] = set()  # sockets whose absence was logged at INFO: once per process, not once per source
@@ -153,7 +153,7 @@ class PodAttribution:
             return
         import grpc
 
-        from .podresources import api_pb2, api_pb2_grpc
+        from aaco.agent.sources.smi.podresources import api_pb2, api_pb2_grpc
 
         try:
             if self._stub is None:

@@ -16,7 +16,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from .model import (
+from aaco.agent.sources.smi.values import Fields, TelemetryFormatError, number
+from aaco.contract.telemetry import (
     CLOCK,
     ENERGY,
     MEMORY_LIMIT,
@@ -31,7 +32,6 @@ from .model import (
     Snapshot,
     normalize_pci,
 )
-from .values import Fields, TelemetryFormatError, number
 
 FORMAT: Final = "rocm-smi"
 

@@ -40,8 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
 
-from . import gpu_metrics
-from .model import (
+from aaco.agent.sources.smi import gpu_metrics
+from aaco.agent.sources.smi.ttar import Archive
+from aaco.agent.sources.smi.values import Fields
+from aaco.contract.telemetry import (
     CLOCK,
     CLOCK_MAX,
     ERRORS,
@@ -59,8 +61,6 @@ from .model import (
     Snapshot,
     normalize_pci,
 )
-from .ttar import Archive
-from .values import Fields
 
 FORMAT: Final = "sysfs"
 _CARD = re.compile(r"^card(\d+)$")

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .model import ERRORS, UP, GpuIdentity, GpuSample, Snapshot
+from aaco.contract.telemetry import ERRORS, UP, GpuIdentity, GpuSample, Snapshot
 
 
 class FixedRate:

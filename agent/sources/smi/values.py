@@ -12,9 +12,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from aaco.agent.errors import AacoError
-
-from .model import FieldProblem
+from aaco.contract.errors import AacoError
+from aaco.contract.telemetry import FieldProblem
 
 _NUMBER = re.compile(r"^\s*\(?\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z%/]*)")
 MISSING: Final = frozenset({"", "n/a", "na", "none", "null", "not supported", "unknown", "[not supported]", "-"})

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Final
 
-from .signals import MetricDef, MetricPoint, define
+from aaco.contract.signals import MetricDef, MetricPoint, define
 
 EVENTS_RECEIVED: Final = define(
     "aaco.agent.events.received",

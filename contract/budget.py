@@ -20,8 +20,8 @@ from __future__ import annotations
 import threading
 from typing import Final
 
-from .signals import define
-from .stats import Stats
+from aaco.contract.signals import define
+from aaco.contract.stats import Stats
 
 DEFAULT_BUDGET_BYTES: Final = 256 * 1024 * 1024
 

@@ -20,7 +20,7 @@ from typing import Final
 
 import pyarrow as pa
 
-from aaco.agent.pipeline.schemas import ATTRS, TELEMETRY
+from aaco.contract.schemas import ATTRS, TELEMETRY
 
 # metric name -> unit. The telemetry analyzer maps each to its Prometheus definition.
 UTILIZATION: Final = "hw.gpu.utilization"  # ratio of time the graphics/compute engine was busy

@@ -14,7 +14,7 @@ from typing import Final
 
 import pyarrow as pa
 
-from .ledger import Range
+from aaco.contract.ledger import Range
 
 I64 = pa.int64()
 F64 = pa.float64()

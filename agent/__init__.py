@@ -4,14 +4,9 @@ from __future__ import annotations
 
 
 def __getattr__(name: str) -> str:
-    """``__version__`` is read from the installed metadata on first use (it costs ~30 ms at start-up)."""
+    """``__version__`` is read from the installed metadata on first use (see ``aaco.contract.version``)."""
     if name != "__version__":
         raise AttributeError(name)
-    from importlib.metadata import PackageNotFoundError, version
+    from aaco.contract.version import version
 
-    try:
-        value = version("aaco")
-    except PackageNotFoundError:  # running from a source tree that was never installed
-        value = "0+unknown"
-    globals()["__version__"] = value
-    return value
+    return version()

@@ -20,10 +20,10 @@ from typing import Any
 
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from aaco.agent import __version__
 from aaco.contract.budget import DEFAULT_BUDGET_BYTES, ByteBudget
 from aaco.contract.schemas import EventBatch
 from aaco.contract.stats import EVENTS_DROPPED, EVENTS_RECEIVED, Stats
+from aaco.contract.version import version
 from aaco.exporters import otlp_wire as w
 from aaco.exporters.base import Exporter, ExportResult
 from aaco.exporters.otlp_assembly import AppRequest, TraceAssembler
@@ -44,7 +44,7 @@ def resource_attributes(node: str, env: Mapping[str, str] | None = None) -> dict
     env = os.environ if env is None else env
     attrs: dict[str, object] = {
         "service.name": "aaco-agent",
-        "service.version": __version__,
+        "service.version": version(),
         "host.name": node,
     }
     for key, var in (
@@ -85,7 +85,7 @@ class OtlpTraceExporter(Exporter):
         self.target: OtlpTarget | None = resolve(config, "traces", env)
         self.resource_attributes = resource_attributes(node, env)
         self._resource = w.resource(self.resource_attributes)
-        self._scope = w.scope("aaco", __version__)
+        self._scope = w.scope("aaco", version())
         self.assembler = TraceAssembler(
             node,
             stats,

@@ -35,13 +35,13 @@ from prometheus_client.core import (
 from prometheus_client.samples import Exemplar
 from pydantic import Field, PositiveFloat, PositiveInt, conint
 
-from aaco.agent import __version__
 from aaco.contract.config_base import StrictModel
 from aaco.contract.errors import AacoError
 from aaco.contract.schemas import EventBatch
 from aaco.contract.signals import HistogramValue, MetricDef, MetricPoint, define
 from aaco.contract.snapshot import AnalysisSnapshot
 from aaco.contract.stats import Stats
+from aaco.contract.version import version
 from aaco.exporters.base import Exporter, ExportResult
 from aaco.exporters.metrics_server import PoolServer, PoolServerV6
 from aaco.exporters.web_config import WebConfigWatcher, WebState
@@ -194,7 +194,7 @@ class _Collector:
         points: list[MetricPoint] = list(self._exp.stats.points())
         if snap is not None:
             points += list(snap.points())
-        points.append(MetricPoint(AGENT_INFO, {"version": __version__, "node": self._exp.node}, 1.0))
+        points.append(MetricPoint(AGENT_INFO, {"version": version(), "node": self._exp.node}, 1.0))
         points.append(MetricPoint(AGENT_START, {}, self._exp.started_at))
         points.append(MetricPoint(COLLECT_DURATION, {}, self._exp.last_collect_s))
         yield from render(points)

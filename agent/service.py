@@ -166,6 +166,7 @@ class AgentService:
                     link_window_s=rx.link_window_s,
                     link_mode=rx.link_mode,
                     budget=self.budget,
+                    receiving=rx.enabled,
                 )
             )
         if resolve_otlp(ex.otlp, "metrics") is not None:
@@ -289,18 +290,17 @@ class AgentService:
             )
 
     def _start_receiver(self) -> None:
+        from aaco.agent.receivers.base import ReceiverContext
         from aaco.agent.receivers.otlp import OtlpReceiver
         from aaco.exporters.otlp_sender import OtlpSender
         from aaco.exporters.otlp_traces import OtlpTraceExporter, rejected_spans
 
         traces = self.exporter(OtlpTraceExporter)
         assert isinstance(traces, OtlpTraceExporter)
-        traces.assembler.receiving = True
         otlp = self.config.exporters.otlp
         senders: dict[str, Any] = {}
         for kind in ("metrics", "logs"):
             target = resolve_otlp(otlp, kind)  # type: ignore[arg-type]
-            sender = None
             if target is not None:
                 sender = OtlpSender(
                     target,
@@ -313,16 +313,10 @@ class AgentService:
                 )
                 sender.start()
                 self._forwarders.append(sender)
-            senders[kind] = sender
-        self.receiver = OtlpReceiver(
-            self.config.receivers.otlp,
-            self.stats,
-            traces.resource_attributes,
-            traces,
-            senders["metrics"],
-            senders["logs"],
-            self.budget,
-        )
+                senders[kind] = sender
+        ctx = ReceiverContext(self.stats, self.budget, traces.resource_attributes, traces, senders)
+        self.receiver = OtlpReceiver.from_config(self.config.receivers.otlp, ctx)
+        assert self.receiver is not None
         self.receiver.start()
 
     def _work(self) -> None:
@@ -346,7 +340,7 @@ class AgentService:
         if self._admin_socket is not None:
             self._admin_socket.stop(min(2.0, 0.2 * total))
         if self.receiver is not None:
-            self.receiver.stop(min(2.0, 0.2 * total))
+            self.receiver.shutdown(min(2.0, 0.2 * total))
         for sender in self._forwarders:  # nothing more comes in: they send what they hold until the deadline
             sender.close(deadline)
         self._stop_sources(list(self._sources), sources_deadline)

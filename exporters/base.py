@@ -1,15 +1,17 @@
-"""The exporter contract (as OpenTelemetry's): export, force_flush, shutdown.
+"""The exporter contract (as OpenTelemetry's): a ``Flushing`` component that exports.
 
-``shutdown`` is idempotent, safe before ``start``, and bounded by the deadline it is given.
-Exporters receive event batches (``export``) and analyzer snapshots (``export_snapshot``); one that
-has no use for either accepts it and does nothing.
+The lifecycle (``start``, ``force_flush``, ``shutdown`` idempotent, safe before ``start`` and bounded
+by its deadline) is ``aaco.contract.component``'s. Exporters receive event batches (``export``) and
+analyzer snapshots (``export_snapshot``); one that has no use for either accepts it and does
+nothing. ``tick`` is the pipeline's periodic call while it is idle (time-based flushes).
 """
 
 from __future__ import annotations
 
 import enum
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 
+from aaco.contract.component import Flushing
 from aaco.contract.schemas import EventBatch
 from aaco.contract.snapshot import AnalysisSnapshot
 
@@ -21,14 +23,11 @@ class ExportResult(enum.Enum):
     FAILURE = 1
 
 
-class Exporter(ABC):
+class Exporter(Flushing):
     """Base of every exporter."""
 
     name: str = "exporter"
     durable: bool = False  # stores rows durably and marks their ledger ranges done itself (the lake)
-
-    def start(self) -> None:  # noqa: B027 - optional hook
-        """Open what the exporter needs (servers, connections); default: nothing."""
 
     @abstractmethod
     def export(self, batch: EventBatch) -> ExportResult:
@@ -37,6 +36,9 @@ class Exporter(ABC):
     def export_snapshot(self, snapshot: AnalysisSnapshot) -> ExportResult:
         """Ship the latest analyzer snapshot; default: ignore."""
         return ExportResult.SUCCESS
+
+    def tick(self) -> None:
+        """Periodic work, called by the pipeline at least every few seconds; default: nothing."""
 
     @abstractmethod
     def force_flush(self, timeout_s: float) -> bool:

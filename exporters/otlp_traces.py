@@ -4,7 +4,7 @@
 budget), packs the spans ready into requests of at most ``max_spans_per_request`` and queues them
 on an ``OtlpSender`` (bounded, drops oldest with counters, retries with backoff, flushes within the
 shutdown deadline). Spans that applications send to the node's OTLP receiver are forwarded through
-the same queue (``forward``). Both hold their bytes in the agent's one ``ByteBudget`` (the service
+the same queue (``accept_spans``). Both hold their bytes in the agent's one ``ByteBudget`` (the service
 passes it; one of the default size otherwise): the assembler while application requests wait for
 their links, the sender while requests are queued or in flight.
 """
@@ -26,7 +26,7 @@ from aaco.contract.stats import EVENTS_DROPPED, EVENTS_RECEIVED, Stats
 from aaco.contract.version import version
 from aaco.exporters import otlp_wire as w
 from aaco.exporters.base import Exporter, ExportResult
-from aaco.exporters.otlp_assembly import AppRequest, TraceAssembler
+from aaco.exporters.otlp_assembly import AppRequest, TraceAssembler, application_spans
 from aaco.exporters.otlp_sender import OtlpSender
 from aaco.exporters.otlp_settings import OtlpConfig, OtlpTarget, resolve
 from aaco.exporters.otlp_transport import Transport
@@ -77,6 +77,7 @@ class OtlpTraceExporter(Exporter):
         link_window_s: float = 5.0,
         link_mode: str = "links",
         budget: ByteBudget | None = None,
+        receiving: bool = False,
     ) -> None:
         self.config = config
         self.budget = budget if budget is not None else ByteBudget(DEFAULT_BUDGET_BYTES, stats)
@@ -96,6 +97,7 @@ class OtlpTraceExporter(Exporter):
             link_mode=link_mode,
             budget=self.budget,
         )
+        self.assembler.receiving = receiving  # the node's receiver runs: roots wait for application spans
         self._assembly_lock = threading.Lock()
         self.sender = (
             OtlpSender(
@@ -150,12 +152,10 @@ class OtlpTraceExporter(Exporter):
             chunk = spans[i : i + step]
             self.sender.enqueue(w.export_trace_request(self._resource, self._scope, chunk), len(chunk))
 
-    def receive_application(self, request: Any, spans: int, nbytes: int = 0) -> None:
+    def accept_spans(self, request: Any, spans: int, nbytes: int = 0) -> None:
         """Spans an application sent to the receiver (``nbytes`` on the wire): held for linking, then forwarded."""
         if self.sender is None:
             return
-        from aaco.agent.receivers.otlp import application_spans
-
         size = nbytes or request.ByteSize()
         with self._assembly_lock:
             pushed = self.assembler.add_application(request, application_spans(request), spans, size)

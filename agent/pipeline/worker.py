@@ -118,9 +118,7 @@ class Pipeline:
         trickle such as 1 Hz telemetry does not make one every second: each writes analysis.json).
         """
         for exp in self.exporters:
-            tick = getattr(exp, "tick", None)
-            if tick is not None:
-                tick()
+            exp.tick()
         if not self._dirty:
             return
         since = self._clock() - self._last_snapshot

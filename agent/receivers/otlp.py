@@ -3,10 +3,10 @@
 As the OpenTelemetry Collector does in agent mode, it accepts OTLP over gRPC (default port 4317)
 and HTTP/protobuf (4318), optionally over TLS with client certificates (``tls.py``), adds the node's
 resource attributes (``host.name``, ``k8s.node.name``) where the application did not set them, and
-forwards everything upstream: traces through the agent's trace exporter, which first links
-application spans to the GPU iterations of the same process and time window
-(``exporters/otlp_assembly.py``), metrics and logs through their own bounded, retrying queues. A
-plain OpenTelemetry SDK client works unchanged.
+hands everything to the sinks the agent passes it (``base.py``): traces to the agent's trace
+exporter, which links application spans to the GPU iterations of the same process and time window
+before forwarding them, metrics and logs to their own bounded, retrying queues. A plain
+OpenTelemetry SDK client works unchanged.
 
 A request is admitted only while the agent's byte budget (``ByteBudget``, holder ``receiver``) has
 room for it, and its bytes are held until it is handed on; otherwise the client is told to back off
@@ -27,6 +27,7 @@ import threading
 import time
 import zlib
 from collections import OrderedDict
+from collections.abc import Mapping
 from concurrent import futures
 from typing import Any, Literal
 
@@ -38,17 +39,17 @@ from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
+from aaco.agent.receivers.base import Forwarder, ReceiverContext, SpanSink
 from aaco.agent.receivers.config import OtlpReceiverConfig
 from aaco.agent.receivers.http_server import HttpServer
 from aaco.agent.receivers.http_wire import Reply, Request, gunzip_bounded
 from aaco.agent.receivers.ids import drop_malformed
 from aaco.agent.receivers.tls import grpc_credentials, http_context
 from aaco.contract.budget import DEFAULT_BUDGET_BYTES, ByteBudget
+from aaco.contract.component import Component
 from aaco.contract.errors import AacoError
 from aaco.contract.signals import define
 from aaco.contract.stats import Stats
-from aaco.exporters.otlp_assembly import AppSpan
-from aaco.exporters.otlp_sender import OtlpSender
 
 log = logging.getLogger("aaco.receivers.otlp")
 
@@ -135,31 +136,46 @@ class _Limiter:
             return ok
 
 
-class OtlpReceiver:
-    """gRPC and HTTP servers feeding the agent's OTLP exporters."""
+class OtlpReceiver(Component):
+    """gRPC and HTTP servers handing what applications send to the agent's sinks."""
 
     def __init__(
         self,
         config: OtlpReceiverConfig,
         stats: Stats,
-        node_attributes: dict[str, object],
-        traces: Any,
-        metrics: OtlpSender | None,
-        logs: OtlpSender | None,
+        node_attributes: Mapping[str, object],
+        traces: SpanSink | None,
+        metrics: Forwarder | None,
+        logs: Forwarder | None,
         budget: ByteBudget | None = None,
     ) -> None:
         self.config = config
         # The service passes the agent's one budget; alone (tests, tools) the receiver gets its own.
         self.budget = budget if budget is not None else ByteBudget(DEFAULT_BUDGET_BYTES, stats)
         self.stats = stats
-        self.node_attributes = node_attributes
-        self.traces = traces  # the OtlpTraceExporter (receive_application)
-        self.senders: dict[str, OtlpSender | None] = {"metrics": metrics, "logs": logs}
+        self.node_attributes = dict(node_attributes)
+        self.traces = traces
+        self.senders: dict[str, Forwarder | None] = {"metrics": metrics, "logs": logs}
         self._limiter = _Limiter(config.rate_limit_rps)
         self._grpc: grpc.Server | None = None
         self._http: HttpServer | None = None
         self.grpc_port = 0
         self.http_port = 0
+
+    @classmethod
+    def from_config(cls, config: OtlpReceiverConfig, ctx: ReceiverContext) -> OtlpReceiver | None:
+        """The receiver ``config`` asks for, fed to ``ctx``'s sinks; None when it is not enabled."""
+        if not config.enabled:
+            return None
+        return cls(
+            config,
+            ctx.stats,
+            ctx.node_attributes,
+            ctx.traces,
+            ctx.forward.get("metrics"),
+            ctx.forward.get("logs"),
+            ctx.budget,
+        )
 
     # -- shared handling ----------------------------------------------------------------------------
 
@@ -184,7 +200,8 @@ class OtlpReceiver:
         self._enrich(signal, msg)
         self.stats.inc(RECEIVER_ITEMS, n, signal=signal)
         if signal == "traces":
-            self.traces.receive_application(msg, n, nbytes=len(payload))
+            if self.traces is not None:
+                self.traces.accept_spans(msg, n, nbytes=len(payload))
         else:
             sender = self.senders[signal]
             if sender is not None:
@@ -322,8 +339,8 @@ class OtlpReceiver:
         tls = "plaintext" if cfg.tls is None else "TLS" if cfg.tls.client_ca_file is None else "mutual TLS"
         log.info("OTLP receiver on %s (%s): gRPC %d, HTTP %d", cfg.address, tls, self.grpc_port, self.http_port)
 
-    def stop(self, timeout_s: float = 5.0) -> None:
-        """Stop accepting; requests in progress finish within ``timeout_s``."""
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        """Stop accepting; requests in progress finish within ``timeout_s``. Idempotent, safe before start."""
         if self._grpc is not None:
             self._grpc.stop(timeout_s).wait(timeout_s)
             self._grpc = None
@@ -338,18 +355,3 @@ def _retry_later(context: grpc.ServicerContext, message: str) -> None:
     status.details.add().Pack(error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=1)))
     context.set_trailing_metadata((("grpc-status-details-bin", status.SerializeToString()),))
     context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
-
-
-def application_spans(request: Any) -> list[AppSpan]:
-    """The spans of a request whose resource names a ``process.pid`` (the ones that can be linked)."""
-    out = []
-    for rs in request.resource_spans:
-        pid = next((kv.value.int_value for kv in rs.resource.attributes if kv.key == "process.pid"), None)
-        if pid is None:
-            continue
-        for ss in rs.scope_spans:
-            for span in ss.spans:
-                out.append(
-                    AppSpan(pid, span.start_time_unix_nano, span.end_time_unix_nano, span.trace_id, span.span_id, span)
-                )
-    return out

@@ -15,7 +15,7 @@ import grpc
 
 from aaco.agent.receivers.config import ReceiverTlsConfig
 from aaco.contract.errors import AacoError
-from aaco.exporters.web_config import server_context
+from aaco.contract.tls import server_context
 
 SETTING = "receivers.otlp.tls"
 

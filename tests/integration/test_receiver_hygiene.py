@@ -36,7 +36,7 @@ class Recorder:
         self.requests: list[trace_service_pb2.ExportTraceServiceRequest] = []
         self.lock = threading.Lock()
 
-    def receive_application(self, request, spans: int, nbytes: int = 0) -> None:
+    def accept_spans(self, request, spans: int, nbytes: int = 0) -> None:
         with self.lock:
             self.requests.append(request)
 
@@ -63,7 +63,7 @@ def receiver(budget_bytes: int = 64 << 20, **cfg) -> Iterator[tuple[OtlpReceiver
     try:
         yield rx, traces
     finally:
-        rx.stop(2.0)
+        rx.shutdown(2.0)
 
 
 def spans_request(*names: str) -> bytes:

@@ -86,9 +86,9 @@ def test_the_trace_exporter_holds_the_wire_size_then_hands_it_to_its_queue():
     cfg = OtlpConfig(endpoint="http://127.0.0.1:1")
     exp = OtlpTraceExporter(cfg, stats, NODE, env={}, transport=t, link_window_s=60.0, budget=budget)
     req = request("app", blob=100_000)
-    exp.receive_application(req, 1)  # no size given: measured
+    exp.accept_spans(req, 1)  # no size given: measured
     assert budget.held_by("assembly") == req.ByteSize()
-    exp.receive_application(request("app2"), 1, nbytes=123)
+    exp.accept_spans(request("app2"), 1, nbytes=123)
     assert budget.held_by("assembly") == req.ByteSize() + 123
     exp.start()
     assert exp.force_flush(10)

@@ -1,0 +1,40 @@
+"""What a receiver hands its data to, and the one object its factory is built from.
+
+A receiver knows nothing of the exporters: the agent (the composition root) passes it sinks that
+satisfy these protocols (the trace exporter for spans, the exporters' forwarding queues for metrics
+and logs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from aaco.contract.budget import ByteBudget
+from aaco.contract.stats import Stats
+
+
+class SpanSink(Protocol):
+    """Takes the spans applications sent (an ``ExportTraceServiceRequest``) on their way upstream."""
+
+    def accept_spans(self, request: Any, spans: int, nbytes: int = 0) -> None:
+        """``request`` holds ``spans`` spans and was ``nbytes`` long on the wire (0: unknown)."""
+
+
+class Forwarder(Protocol):
+    """A bounded queue of serialised export requests going upstream."""
+
+    def enqueue(self, payload: bytes, n: int) -> None:
+        """Queue one request of ``n`` items (dropping, counted, when full)."""
+
+
+@dataclass(frozen=True)
+class ReceiverContext:
+    """Everything a receiver's factory takes besides its own settings."""
+
+    stats: Stats
+    budget: ByteBudget
+    node_attributes: Mapping[str, object] = field(default_factory=dict)
+    traces: SpanSink | None = None
+    forward: Mapping[str, Forwarder] = field(default_factory=dict)  # by signal: "metrics", "logs"

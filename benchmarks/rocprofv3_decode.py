@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pyarrow.csv as pacsv
 
-from aaco.agent.sources.formats import identify
-from aaco.agent.sources.parsers import context_for, parse_any
+from aaco.agent.sources.traces.detect import identify
+from aaco.agent.sources.traces.parse import context_for, parse_any
 from aaco.contract.clock import ClockOffset
 
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "data" / "rocprofv3" / "kernel_trace.csv"

@@ -47,8 +47,8 @@ def child(mode: str, path: Path) -> None:
             for p in doc["rocprofiler-sdk-tool"]
         )
     else:
-        from aaco.agent.sources.formats import identify
-        from aaco.agent.sources.parsers import context_for, parse_any
+        from aaco.agent.sources.traces.detect import identify
+        from aaco.agent.sources.traces.parse import context_for, parse_any
         from aaco.contract.clock import boottime_offset
 
         tf = identify(path)

@@ -30,10 +30,10 @@ from pathlib import Path
 import numpy as np
 
 from aaco.agent.config import load_config
-from aaco.agent.run.models import default_model_path
-from aaco.agent.run.session import resolve_provider
-from aaco.agent.run.workload import OrtWorkload
 from aaco.agent.service import AgentService
+from aaco.agent.sources.ort.models import default_model_path
+from aaco.agent.sources.ort.session import resolve_provider
+from aaco.agent.sources.ort.workload import OrtWorkload
 
 
 def bare(model: Path, provider: str, profile: bool, cycles: int, iterations: int, workdir: Path) -> list[int]:

@@ -63,6 +63,6 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def resnet50() -> Path:
     """The default model, light_resnet50.onnx from the onnx wheel."""
-    from aaco.agent.run.models import default_model_path
+    from aaco.agent.sources.ort.models import default_model_path
 
     return default_model_path()

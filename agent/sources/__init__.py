@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from aaco.agent.sources import capture, ort, replay, sched, smi, trace_dir
+from aaco.agent.sources import capture, replay, smi, trace_dir
+from aaco.agent.sources.ort import source as ort
+from aaco.agent.sources.sched import source as sched
 
 # type -> (config model, factory). The config union in aaco.agent.config is built from this table.
 REGISTRY: dict[str, tuple[type[Any], Callable[[Any, str], Any]]] = {

@@ -16,7 +16,7 @@ once (``shlex``) and the placeholders are filled per argument: no shell is invol
 path can never inject a command. What the command leaves in its output directory is read exactly
 once (``ingest.ingest_file``: a file that fails is quarantined and the others read) and the
 directory removed unless ``keep_outputs``. Every file is read within the source's limits
-(``max_file_bytes``, ``max_gzip_ratio``, ``max_json_depth``: ``trace_limits``). A window just
+(``max_file_bytes``, ``max_gzip_ratio``, ``max_json_depth``: ``limits``). A window just
 captured is live data (it sets ``aaco_source_lag_seconds``); the directories an earlier run left
 behind are not.
 
@@ -49,12 +49,14 @@ from typing import Literal
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator
 
 from aaco.agent.sources.base import Source, SourceContext
-from aaco.agent.sources.formats import DEFAULT_MAX_BYTES, expand, identify
 from aaco.agent.sources.ingest import Quarantine, file_failed, ingest_file
 from aaco.agent.sources.limits_config import TraceLimitSettings
-from aaco.agent.sources.parsers import ITERATIONS_FIRST, context_for
-from aaco.agent.sources.sched_targets import gpu_processes, holds_gpu, tgid_of
-from aaco.agent.sources.trace_common import MAX_MODEL_CHARS, model_from_command
+from aaco.agent.sources.sched.targets import gpu_processes, holds_gpu, tgid_of
+from aaco.agent.sources.traces.detect import identify
+from aaco.agent.sources.traces.files import expand
+from aaco.agent.sources.traces.limits import DEFAULT_MAX_BYTES
+from aaco.agent.sources.traces.model_names import MAX_MODEL_CHARS, model_from_command
+from aaco.agent.sources.traces.parse import ITERATIONS_FIRST, context_for
 from aaco.contract.errors import TraceFormatError
 from aaco.contract.signals import define
 

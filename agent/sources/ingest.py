@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aaco.agent.sources.base import SourceContext, SourceRecord
-from aaco.agent.sources.formats import GZIP_MAGIC, TraceFile
-from aaco.agent.sources.parsed import ParsedTrace
-from aaco.agent.sources.parsers import parse_any
-from aaco.agent.sources.trace_common import BadRow, TraceContext
-from aaco.agent.sources.trace_limits import open_regular
+from aaco.agent.sources.traces.context import BadRow, TraceContext
+from aaco.agent.sources.traces.files import TraceFile
+from aaco.agent.sources.traces.limits import GZIP_MAGIC, open_regular
+from aaco.agent.sources.traces.parse import parse_any
+from aaco.agent.sources.traces.parsed import ParsedTrace
 from aaco.contract.errors import TraceFormatError
 from aaco.contract.files import make_dirs, open_private
 

@@ -1,10 +1,10 @@
-"""The per-file limit settings every source that reads trace files takes (``trace_limits.TraceLimits``)."""
+"""The per-file limit settings every source that reads trace files takes (``traces.limits.TraceLimits``)."""
 
 from __future__ import annotations
 
 from pydantic import Field, PositiveInt
 
-from aaco.agent.sources.trace_limits import DEFAULT_MAX_BYTES, TraceLimits
+from aaco.agent.sources.traces.limits import DEFAULT_MAX_BYTES, TraceLimits
 from aaco.contract.config_base import StrictModel
 
 

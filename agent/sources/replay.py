@@ -22,10 +22,11 @@ from typing import Literal
 from pydantic import Field
 
 from aaco.agent.sources.base import Source, SourceContext
-from aaco.agent.sources.formats import expand, identify
 from aaco.agent.sources.ingest import Quarantine, file_failed, ingest_file
 from aaco.agent.sources.limits_config import TraceLimitSettings
-from aaco.agent.sources.parsers import ITERATIONS_FIRST, context_for
+from aaco.agent.sources.traces.detect import identify
+from aaco.agent.sources.traces.files import expand
+from aaco.agent.sources.traces.parse import ITERATIONS_FIRST, context_for
 from aaco.contract.clock import ClockOffset
 from aaco.contract.errors import TraceFormatError
 

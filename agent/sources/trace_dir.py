@@ -47,13 +47,15 @@ from typing import Any, BinaryIO, Literal
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from aaco.agent.sources.base import Source, SourceContext, SourceRecord
-from aaco.agent.sources.formats import GZIP_MAGIC, TraceFile, identify, recognise
 from aaco.agent.sources.ingest import Quarantine, file_failed, first_offsets, ingest_file, where
 from aaco.agent.sources.limits_config import TraceLimitSettings
-from aaco.agent.sources.parsers import ITERATIONS_FIRST, TAILABLE, context_for
-from aaco.agent.sources.rocprofv3_csv import Rocprofv3CsvDecoder, companions, load_companions
 from aaco.agent.sources.spool_policy import Refusal, SpoolPolicy, SpoolRefusedError
-from aaco.agent.sources.trace_common import BadRow
+from aaco.agent.sources.traces.context import BadRow
+from aaco.agent.sources.traces.detect import identify, recognise
+from aaco.agent.sources.traces.files import TraceFile
+from aaco.agent.sources.traces.limits import GZIP_MAGIC
+from aaco.agent.sources.traces.parse import ITERATIONS_FIRST, TAILABLE, context_for
+from aaco.agent.sources.traces.rocprofv3_csv import Rocprofv3CsvDecoder, companions, load_companions
 from aaco.contract.errors import TraceFormatError
 
 log = logging.getLogger("aaco.sources.trace_dir")

@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pytest
 
-from aaco.agent.sources.kineto import parse_kineto
+from aaco.agent.sources.traces.kineto import parse_kineto
 
 HTA = "kineto-hta"
 KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}

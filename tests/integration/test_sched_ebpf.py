@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from aaco.agent.sources.sched import SchedCollector, SchedSourceConfig
+from aaco.agent.sources.sched.source import SchedCollector, SchedSourceConfig
 from aaco.analyzers.sched import SchedAnalyzer
 from aaco.contract import sched as rows
 from aaco.contract.schemas import EventBatch, conform
@@ -33,7 +33,7 @@ HOG = "while True:\n    pass\n"
 @pytest.fixture(scope="module")
 def ebpf() -> None:
     """eBPF can run here (root, bcc, tracefs, headers), or the test skips (fails under AACO_REQUIRE_REAL=1)."""
-    from aaco.agent.sources.sched_ebpf import unavailable_reason
+    from aaco.agent.sources.sched.ebpf import unavailable_reason
 
     reason = unavailable_reason()
     if reason is not None:
@@ -234,7 +234,7 @@ def test_cli_nonexistent_pid_is_a_clear_error(aaco_bin):
 UNPRIVILEGED = """
 import contextlib, io, os, sys
 import aaco.agent.cli as cli
-import aaco.agent.sources.sched_ebpf  # the auto backend asks it why eBPF cannot run
+import aaco.agent.sources.sched.ebpf  # the auto backend asks it why eBPF cannot run
 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
     try:
         cli.app([*sys.argv[1:], "--backend", "proc", "--duration", "0.1", "--log-level", "error"], prog_name="aaco")
@@ -316,8 +316,8 @@ pipeline: {{snapshot_interval_s: 0.5}}
 @pytest.mark.parametrize("attach", ["raw", "classic"])
 def test_both_attachments_count_the_same_thing(ebpf, sleeper_under_load, attach):
     """Raw tracepoints (task offsets from BTF) where the kernel allows, classic ones as the fallback."""
-    from aaco.agent.sources.sched_btf import task_layout
-    from aaco.agent.sources.sched_ebpf import EbpfBackend, EbpfSettings
+    from aaco.agent.sources.sched.btf import task_layout
+    from aaco.agent.sources.sched.ebpf import EbpfBackend, EbpfSettings
 
     if attach == "raw" and task_layout() is None:
         pytest.skip("this kernel's BTF does not give the task layout: only classic tracepoints here")
@@ -340,7 +340,7 @@ def test_compiling_does_not_move_other_threads_working_directory(ebpf):
     """libbcc chdirs into the kernel headers while it compiles; the agent's other threads never see it."""
     import threading
 
-    from aaco.agent.sources.sched_ebpf import EbpfBackend, EbpfSettings
+    from aaco.agent.sources.sched.ebpf import EbpfBackend, EbpfSettings
 
     seen: set[str] = set()
     done = threading.Event()

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aaco.agent.sources.formats import TraceFile, identify
-from aaco.agent.sources.parsers import context_for, parse_any
+from aaco.agent.sources.traces.detect import identify
+from aaco.agent.sources.traces.files import TraceFile
+from aaco.agent.sources.traces.parse import context_for, parse_any
 from aaco.contract.clock import ClockOffset, in_epoch_range
 from aaco.contract.errors import TraceFormatError
 from aaco.contract.schemas import conform

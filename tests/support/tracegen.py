@@ -4,7 +4,7 @@
 timestamps and fresh dispatch/correlation IDs; ``kineto`` builds a PyTorch-profiler trace of
 ProfilerSteps whose kernels (with their cudaLaunchKernel calls) copy names from the A100 sample;
 ``rocprofv3_json`` writes a rocprofv3 ``--output-format json`` file (the layout of
-``aaco.agent.sources.rocprofv3_json``) of dispatches with their HIP launches and memory copies,
+``aaco.agent.sources.traces.rocprofv3_json``) of dispatches with their HIP launches and memory copies,
 every id, handle and hive id at or above 2**63 on request.
 """
 

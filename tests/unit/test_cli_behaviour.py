@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from rich.console import Console
 
 from aaco.agent import __version__
-from aaco.agent.cli_report import summary_table
+from aaco.agent.cli.report import summary_table
 
 
 def aaco(*args: str) -> subprocess.CompletedProcess[str]:
@@ -75,7 +75,7 @@ def test_a_missing_kubelet_socket_is_logged_once_per_process(tmp_path, caplog):
 
 
 def test_graph_prints_opsets_as_text_not_a_python_dict():
-    from aaco.agent.run.models import resolve_model
+    from aaco.agent.sources.ort.models import resolve_model
 
     proc = aaco("graph", str(resolve_model(None)))
     assert proc.returncode == 0, proc.stderr

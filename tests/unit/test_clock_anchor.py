@@ -10,17 +10,18 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from aaco.agent.sources.clock_anchor import (
+from aaco.agent.sources.traces.clock_anchor import (
     ANCHOR_UNCERTAINTY_NS,
     FUTURE_SLACK_NS,
     PAST_WINDOW_NS,
     BootClockCheck,
     implausible,
 )
-from aaco.agent.sources.formats import TraceFile, identify
-from aaco.agent.sources.parsed import ParsedTrace
-from aaco.agent.sources.parsers import context_for, parse_any
-from aaco.agent.sources.trace_common import TraceContext
+from aaco.agent.sources.traces.context import TraceContext
+from aaco.agent.sources.traces.detect import identify
+from aaco.agent.sources.traces.files import TraceFile
+from aaco.agent.sources.traces.parse import context_for, parse_any
+from aaco.agent.sources.traces.parsed import ParsedTrace
 from aaco.contract.clock import EPOCH_FLOOR_NS, ClockOffset, boottime_offset
 
 S = 10**9

@@ -8,7 +8,7 @@ import pytest
 
 from aaco.agent.config import AgentConfig, load_config, source_names
 from aaco.agent.sources import REGISTRY
-from aaco.agent.sources.ort import OrtSourceConfig
+from aaco.agent.sources.ort.source import OrtSourceConfig
 from aaco.agent.sources.replay import ReplaySourceConfig
 from aaco.contract.errors import ConfigError
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from aaco.agent.sources.formats import identify
-from aaco.agent.sources.parsers import context_for, parse_any
+from aaco.agent.sources.traces.detect import identify
+from aaco.agent.sources.traces.parse import context_for, parse_any
 from aaco.analyzers.families import FAMILY_PER_ITERATION, FAMILY_SECONDS, OTHER_NAMES, FamiliesAnalyzer
 from aaco.contract.kernels import FAMILIES, families, family_of
 

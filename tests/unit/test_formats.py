@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from aaco.agent.sources.formats import expand, identify, read_all, read_head, recognise, sniff
+from aaco.agent.sources.traces.detect import identify, recognise, sniff
+from aaco.agent.sources.traces.files import expand, read_all, read_head
 from aaco.contract.errors import TraceFormatError
 
 ORT = (

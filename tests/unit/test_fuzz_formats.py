@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from aaco.agent.sources.formats import FORMATS
+from aaco.agent.sources.traces.detect import FORMATS
 from tests.support import mutate as mu
 
 from .test_ort_profile import cpu_profile, gpu_profile

@@ -5,7 +5,7 @@ from __future__ import annotations
 import onnx
 from onnx import TensorProto, helper
 
-from aaco.agent.sources.onnx_graph import summarize
+from aaco.agent.sources.ort.onnx_graph import summarize
 
 
 def test_light_resnet50_has_415_nodes(resnet50):

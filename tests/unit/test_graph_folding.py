@@ -15,7 +15,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from aaco.agent.sources.onnx_graph import summarize
+from aaco.agent.sources.ort.onnx_graph import summarize
 
 # The basic-level transformers other than ConstantFolding that could remove nodes of these graphs.
 OTHER_BASIC_TRANSFORMERS = ["Level1_RuleBasedTransformer", "CommonSubexpressionElimination", "ConstantSharing"]

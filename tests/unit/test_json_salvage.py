@@ -16,11 +16,11 @@ from pathlib import Path
 import ijson
 import pytest
 
-from aaco.agent.sources.formats import identify
-from aaco.agent.sources.json_salvage import load_json
-from aaco.agent.sources.parsers import context_for, parse_any
-from aaco.agent.sources.rocprofv3_u64 import NumberGuard
-from aaco.agent.sources.trace_limits import Document, JsonDepthError, TraceLimits
+from aaco.agent.sources.traces.detect import identify
+from aaco.agent.sources.traces.json_salvage import load_json
+from aaco.agent.sources.traces.limits import Document, JsonDepthError, TraceLimits
+from aaco.agent.sources.traces.parse import context_for, parse_any
+from aaco.agent.sources.traces.rocprofv3_u64 import NumberGuard
 from aaco.contract.errors import TraceFormatError
 from tests.support import tracegen
 from tests.unit import test_ort_profile
@@ -180,7 +180,7 @@ def test_the_agent_calls_ijson_in_one_module_only():
             is_ijson = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "ijson"
             if is_ijson and node.attr != "JSONError":
                 callers.add(f"{path.relative_to(root)}: ijson.{node.attr}")
-    assert callers == {"agent/sources/rocprofv3_json_meta.py: ijson.parse"}
+    assert callers == {"agent/sources/traces/rocprofv3_json_meta.py: ijson.parse"}
 
 
 def test_every_ijson_read_goes_through_the_number_guard(tmp_path, monkeypatch, content, samples):

@@ -200,7 +200,7 @@ def test_light_resnet50_kar_over_running_nodes(resnet50):
     # The issue's figure: 59 kernels per iteration over light_resnet50's 176 running nodes (of 415) is 0.335.
     import onnx
 
-    from aaco.agent.sources.onnx_graph import summarize
+    from aaco.agent.sources.ort.onnx_graph import summarize
 
     g = summarize(onnx.load(str(resnet50), load_external_data=False))
     a = KarAnalyzer()

@@ -12,10 +12,10 @@ import orjson
 import pyarrow.compute as pc
 import pytest
 
-from aaco.agent.sources.formats import identify
-from aaco.agent.sources.kineto import kineto_clock, parse_kineto
-from aaco.agent.sources.parsers import context_for, parse_any
-from aaco.agent.sources.trace_common import MAX_NAME_BYTES
+from aaco.agent.sources.traces.context import MAX_NAME_BYTES
+from aaco.agent.sources.traces.detect import identify
+from aaco.agent.sources.traces.kineto import kineto_clock, parse_kineto
+from aaco.agent.sources.traces.parse import context_for, parse_any
 from aaco.contract.clock import in_epoch_range
 from aaco.contract.ids import trace_id
 from aaco.contract.schemas import conform

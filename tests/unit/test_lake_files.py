@@ -8,7 +8,7 @@ import stat
 import pytest
 
 from aaco.agent.sources.ingest import Quarantine
-from aaco.agent.sources.trace_common import BadRow
+from aaco.agent.sources.traces.context import BadRow
 from aaco.contract.files import make_dirs, write_bytes_atomic
 from aaco.contract.stats import Stats
 from aaco.exporters.base import ExportResult

@@ -7,10 +7,10 @@ import json
 import orjson
 import pytest
 
-from aaco.agent.sources.formats import identify
-from aaco.agent.sources.ort_profile import MAX_PROFILE_US, parse_ort_profile, profile_extent_us
-from aaco.agent.sources.parsers import context_for, parse_any
-from aaco.agent.sources.trace_common import MAX_NAME_BYTES
+from aaco.agent.sources.traces.context import MAX_NAME_BYTES
+from aaco.agent.sources.traces.detect import identify
+from aaco.agent.sources.traces.ort_profile import MAX_PROFILE_US, parse_ort_profile, profile_extent_us
+from aaco.agent.sources.traces.parse import context_for, parse_any
 from aaco.contract.clock import ClockOffset
 from aaco.contract.ids import span_id, trace_id
 from aaco.contract.schemas import conform

@@ -19,11 +19,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from aaco.agent.sources import rocpd
-from aaco.agent.sources.formats import identify
-from aaco.agent.sources.parsers import context_for, parse_any
-from aaco.agent.sources.rocprofv3_u64 import OUT_OF_RANGE as OUT
-from aaco.agent.sources.trace_limits import TraceLimitError, TraceLimits
+from aaco.agent.sources.traces import rocpd
+from aaco.agent.sources.traces.detect import identify
+from aaco.agent.sources.traces.limits import TraceLimitError, TraceLimits
+from aaco.agent.sources.traces.parse import context_for, parse_any
+from aaco.agent.sources.traces.rocprofv3_u64 import OUT_OF_RANGE as OUT
 from aaco.contract.clock import ClockOffset
 from aaco.contract.schemas import conform
 
@@ -319,7 +319,8 @@ def test_sqlite_without_rocpd_tables_is_not_rocpd(tmp_path):
     con.execute("CREATE TABLE t (x)")
     con.commit()
     con.close()
-    from aaco.agent.sources.formats import read_head, sniff
+    from aaco.agent.sources.traces.detect import sniff
+    from aaco.agent.sources.traces.files import read_head
 
     assert sniff(read_head(tmp_path / "other.db")) is None
 
@@ -382,7 +383,7 @@ def test_rocpd_model_and_anchor_from_the_process_table(tmp_path):
 
 
 def test_rocpd_sqlite_values():
-    from aaco.agent.sources.rocpd_rows import sql_int, sql_u64
+    from aaco.agent.sources.traces.rocpd_rows import sql_int, sql_u64
 
     assert sql_u64(-1) == (1 << 64) - 1 and sql_u64(" 18446744073709551615 ") == (1 << 64) - 1
     assert sql_u64("18446744073709551616") is OUT and sql_u64(1e30) is OUT and sql_u64(float("nan")) is None

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aaco.agent.sources.formats import identify
-from aaco.agent.sources.parsers import context_for, parse_any
-from aaco.agent.sources.rocprofv3_csv import Rocprofv3CsvDecoder
-from aaco.agent.sources.trace_common import TraceContext
+from aaco.agent.sources.traces.context import TraceContext
+from aaco.agent.sources.traces.detect import identify
+from aaco.agent.sources.traces.parse import context_for, parse_any
+from aaco.agent.sources.traces.rocprofv3_csv import Rocprofv3CsvDecoder
 from aaco.contract.clock import ClockOffset
 from aaco.contract.errors import TraceFormatError
 

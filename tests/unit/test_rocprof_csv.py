@@ -12,12 +12,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from aaco.agent.sources import rocprofv3_csv
-from aaco.agent.sources.formats import identify, sniff
-from aaco.agent.sources.parsers import context_for, parse_any
-from aaco.agent.sources.rocprofv3_csv import Rocprofv3CsvDecoder, companions, read_agent_info
-from aaco.agent.sources.trace_common import TraceContext
-from aaco.agent.sources.trace_limits import TraceLimitError, TraceLimits
+from aaco.agent.sources.traces import rocprofv3_csv
+from aaco.agent.sources.traces.context import TraceContext
+from aaco.agent.sources.traces.detect import identify, sniff
+from aaco.agent.sources.traces.limits import TraceLimitError, TraceLimits
+from aaco.agent.sources.traces.parse import context_for, parse_any
+from aaco.agent.sources.traces.rocprofv3_csv import Rocprofv3CsvDecoder, companions, read_agent_info
 from aaco.contract.clock import ClockOffset
 from aaco.contract.schemas import conform
 
@@ -363,7 +363,7 @@ def test_csv_module_agrees_on_quoted_names(tmp_path):
     assert total_ns(k) == 150
 
 
-# --- the file's limits (trace_limits) ------------------------------------------------------------
+# --- the file's limits (limits) ------------------------------------------------------------
 
 
 def parse_limited(path: Path, limits: TraceLimits, max_bytes: int | None = None) -> list:

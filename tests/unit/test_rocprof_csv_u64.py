@@ -9,11 +9,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco.agent.sources.csv_rows import U64, WIDE
-from aaco.agent.sources.formats import identify
-from aaco.agent.sources.parsers import context_for, parse_any
-from aaco.agent.sources.rocprofv3_csv import Rocprofv3CsvDecoder
-from aaco.agent.sources.trace_common import TraceContext
+from aaco.agent.sources.traces.context import TraceContext
+from aaco.agent.sources.traces.csv_rows import U64, WIDE
+from aaco.agent.sources.traces.detect import identify
+from aaco.agent.sources.traces.parse import context_for, parse_any
+from aaco.agent.sources.traces.rocprofv3_csv import Rocprofv3CsvDecoder
 from aaco.contract.clock import ClockOffset
 from tests.support.tracegen import HEADER_22
 

@@ -11,10 +11,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from aaco.agent.sources import rocprofv3_json
-from aaco.agent.sources.formats import identify
-from aaco.agent.sources.parsers import context_for, parse_any
-from aaco.agent.sources.trace_limits import TraceLimitError, TraceLimits
+from aaco.agent.sources.traces import rocprofv3_json
+from aaco.agent.sources.traces.detect import identify
+from aaco.agent.sources.traces.limits import TraceLimitError, TraceLimits
+from aaco.agent.sources.traces.parse import context_for, parse_any
 from aaco.contract.clock import ClockOffset
 from aaco.contract.schemas import conform
 
@@ -312,7 +312,7 @@ def test_bad_records_are_counted(tmp_path):
     assert "kernel_id:999" in kernels["name"].to_pylist()
 
 
-# --- the file's limits (trace_limits) ------------------------------------------------------------
+# --- the file's limits (limits) ------------------------------------------------------------
 
 
 def direct(path: Path, limits: TraceLimits) -> list:

@@ -10,8 +10,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from aaco.agent.sources.formats import TraceFile, identify
-from aaco.agent.sources.parsers import ITERATIONS_FIRST, TAILABLE, context_for, model_from_path, parse_any
+from aaco.agent.sources.traces.detect import identify
+from aaco.agent.sources.traces.files import TraceFile
+from aaco.agent.sources.traces.parse import ITERATIONS_FIRST, TAILABLE, context_for, model_from_path, parse_any
 from aaco.contract.clock import ClockOffset
 from aaco.contract.errors import TraceFormatError
 from aaco.contract.schemas import conform

@@ -20,10 +20,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from aaco.agent.sources import rocprofv3_u64 as u
-from aaco.agent.sources.formats import identify
-from aaco.agent.sources.parsers import context_for, parse_any
-from aaco.agent.sources.trace_common import model_from_command
+from aaco.agent.sources.traces import rocprofv3_u64 as u
+from aaco.agent.sources.traces.detect import identify
+from aaco.agent.sources.traces.model_names import model_from_command
+from aaco.agent.sources.traces.parse import context_for, parse_any
 from aaco.contract.clock import EPOCH_CEIL_NS, EPOCH_FLOOR_NS, ClockOffset
 from tests.support import tracegen
 

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from aaco.agent.sources.formats import identify
-from aaco.agent.sources.parsers import context_for, parse_any
-from aaco.agent.sources.trace_common import MAX_NAME_BYTES
+from aaco.agent.sources.traces.context import MAX_NAME_BYTES
+from aaco.agent.sources.traces.detect import identify
+from aaco.agent.sources.traces.parse import context_for, parse_any
 from aaco.contract.clock import ClockOffset
 from aaco.contract.schemas import conform
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from aaco.agent.sources.sched_btf import RAW_TRACEPOINTS, task_layout
+from aaco.agent.sources.sched.btf import RAW_TRACEPOINTS, task_layout
 
 
 class Blob:

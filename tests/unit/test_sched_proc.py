@@ -12,11 +12,11 @@ import pytest
 from pydantic import ValidationError
 
 from aaco.agent.pipeline.bus import Bus
-from aaco.agent.sources import sched as sched_source
 from aaco.agent.sources.base import Journal, SourceContext
-from aaco.agent.sources.sched import SchedSourceConfig, announce, select_backend
-from aaco.agent.sources.sched_proc import ProcBackend, parse_stat, parse_status_switches
-from aaco.agent.sources.sched_targets import TargetResolver, cgroup_processes, holds_gpu
+from aaco.agent.sources.sched import source as sched_source
+from aaco.agent.sources.sched.proc import ProcBackend, parse_stat, parse_status_switches
+from aaco.agent.sources.sched.source import SchedSourceConfig, announce, select_backend
+from aaco.agent.sources.sched.targets import TargetResolver, cgroup_processes, holds_gpu
 from aaco.contract import sched as rows
 from aaco.contract.stats import Stats
 

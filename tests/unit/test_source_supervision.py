@@ -18,15 +18,16 @@ from pathlib import Path
 import pytest
 
 from aaco.agent.pipeline.bus import Bus
-from aaco.agent.sources import formats, ingest, replay
+from aaco.agent.sources import ingest, replay
 from aaco.agent.sources.base import Journal, Source, SourceContext
-from aaco.agent.sources.formats import identify
 from aaco.agent.sources.ingest import Quarantine, ingest_file
-from aaco.agent.sources.parsers import context_for
 from aaco.agent.sources.replay import ReplaySource, ReplaySourceConfig
-from aaco.agent.sources.rocprofv3_csv import Rocprofv3CsvDecoder
 from aaco.agent.sources.supervise import Supervisor
 from aaco.agent.sources.trace_dir import TraceDirConfig, TraceDirSource
+from aaco.agent.sources.traces import detect
+from aaco.agent.sources.traces.detect import identify
+from aaco.agent.sources.traces.parse import context_for
+from aaco.agent.sources.traces.rocprofv3_csv import Rocprofv3CsvDecoder
 from aaco.contract.errors import AacoError
 from aaco.contract.ledger import Ledger
 from aaco.contract.stats import SOURCE_ERRORS, SOURCE_LAG, SOURCE_RESTARTS, Stats
@@ -240,8 +241,8 @@ def test_a_growing_file_is_never_hashed_and_a_whole_one_once(tmp_path, samples, 
     hip.write_text(hip_trace(sample_rows(sample)))
     shutil.copy(samples / "kineto" / MI250, spool / "trace.json.gz")
     hashed: list[str] = []
-    real = formats.content_identity
-    monkeypatch.setattr(formats, "content_identity", lambda path: hashed.append(path.name) or real(path))
+    real = detect.content_identity
+    monkeypatch.setattr(detect, "content_identity", lambda path: hashed.append(path.name) or real(path))
     src = TraceDirSource(TraceDirConfig(path=spool, settle_s=0.001), "spool")
     ctx = context(tmp_path)
     q = Quarantine(ctx.quarantine)

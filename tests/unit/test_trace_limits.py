@@ -15,16 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from aaco.agent.sources.formats import TraceFile
-from aaco.agent.sources.json_scan import JsonScanner, JsonTooDeepError
-from aaco.agent.sources.parsers import context_for, parse_any
-from aaco.agent.sources.trace_limits import (
-    JsonDepthError,
-    TraceLimitError,
-    TraceLimits,
-    open_trace,
-    read_document,
-)
+from aaco.agent.sources.traces.files import TraceFile
+from aaco.agent.sources.traces.json_scan import JsonScanner, JsonTooDeepError
+from aaco.agent.sources.traces.limits import JsonDepthError, TraceLimitError, TraceLimits, open_trace, read_document
+from aaco.agent.sources.traces.parse import context_for, parse_any
 from aaco.contract.errors import TraceFormatError
 
 PAYLOAD = b"".join(b"row %d,some text that compresses,%d\n" % (i, i * 7) for i in range(20_000))
@@ -204,8 +198,8 @@ CHILD = textwrap.dedent(
     import json, sys
     from pathlib import Path
     from aaco.contract.errors import TraceFormatError
-    from aaco.agent.sources.formats import identify
-    from aaco.agent.sources.parsers import context_for, parse_any
+    from aaco.agent.sources.traces.detect import identify
+    from aaco.agent.sources.traces.parse import context_for, parse_any
     tf = identify(Path(sys.argv[1]))
     try:
         rows = sum(p.kernels.num_rows for p in parse_any(tf, context_for(tf, node="n", source="s")))

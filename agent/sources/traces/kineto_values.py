@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco.agent.sources.trace_common import MAX_NAME_BYTES
+from aaco.agent.sources.traces.context import MAX_NAME_BYTES
 from aaco.contract.clock import EPOCH_CEIL_NS, EPOCH_FLOOR_NS, fits_int64, in_epoch_range, us_to_ns
 
 INT_OUT_OF_RANGE = "int_out_of_range"

@@ -19,13 +19,13 @@ from typing import Literal
 import orjson
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveInt
 
-from aaco.agent.run.models import load_model, model_name, resolve_model
-from aaco.agent.run.session import resolve_provider
-from aaco.agent.run.workload import OrtWorkload
 from aaco.agent.sources.base import Source, SourceContext
 from aaco.agent.sources.ingest import publish_parsed
-from aaco.agent.sources.onnx_graph import summarize
-from aaco.agent.sources.ort_profile import parse_ort_profile
+from aaco.agent.sources.ort.models import load_model, model_name, resolve_model
+from aaco.agent.sources.ort.onnx_graph import summarize
+from aaco.agent.sources.ort.session import resolve_provider
+from aaco.agent.sources.ort.workload import OrtWorkload
+from aaco.agent.sources.traces.ort_profile import parse_ort_profile
 from aaco.contract.clock import ClockOffset
 from aaco.contract.config_base import StrictModel
 from aaco.contract.errors import AacoError

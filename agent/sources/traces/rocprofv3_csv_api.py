@@ -20,8 +20,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco.agent.sources.csv_rows import CsvChunk, CsvRowReader
-from aaco.agent.sources.rocprofv3_csv_layout import (
+from aaco.agent.sources.traces.context import BadRow, TraceContext
+from aaco.agent.sources.traces.csv_rows import CsvChunk, CsvRowReader
+from aaco.agent.sources.traces.devices import Agent, AgentMap
+from aaco.agent.sources.traces.launches import LaunchTable
+from aaco.agent.sources.traces.limits import TraceLimits
+from aaco.agent.sources.traces.rocprofv3_csv_layout import (
     DICT,
     DICT_COLUMNS,
     FORMAT_API,
@@ -33,9 +37,8 @@ from aaco.agent.sources.rocprofv3_csv_layout import (
     parse_header,
     read_bytes,
 )
-from aaco.agent.sources.rocprofv3_u64 import TimeWindow, U64Column
-from aaco.agent.sources.trace_common import Agent, AgentMap, BadRow, LaunchTable, TraceContext, iterations_table
-from aaco.agent.sources.trace_limits import TraceLimits
+from aaco.agent.sources.traces.rocprofv3_u64 import TimeWindow, U64Column
+from aaco.agent.sources.traces.tables import iterations_table
 from aaco.contract.errors import TraceFormatError
 
 

@@ -34,10 +34,10 @@ from datetime import datetime, timezone
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco.agent.sources import rocpd, rocprof_v1, rocprofv3_csv, rocprofv3_json
-from aaco.agent.sources.formats import TraceFile
-from aaco.agent.sources.parsed import ParsedTrace
-from aaco.agent.sources.trace_common import TraceContext
+from aaco.agent.sources.traces import rocpd, rocprof_v1, rocprofv3_csv, rocprofv3_json
+from aaco.agent.sources.traces.context import TraceContext
+from aaco.agent.sources.traces.files import TraceFile
+from aaco.agent.sources.traces.parsed import ParsedTrace
 from aaco.contract.clock import EPOCH_CEIL_NS, EPOCH_FLOOR_NS, INT64_MAX, ClockOffset, fits_int64
 
 log = logging.getLogger("aaco.sources.clock")

@@ -67,10 +67,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco.agent.sources.csv_rows import CsvRowReader
-from aaco.agent.sources.formats import DEFAULT_MAX_BYTES, GZIP_MAGIC
-from aaco.agent.sources.parsed import ParsedTrace
-from aaco.agent.sources.rocprofv3_csv_api import (
+from aaco.agent.sources.traces.context import MAX_NAME_BYTES, BadRow, TraceContext
+from aaco.agent.sources.traces.csv_rows import CsvRowReader
+from aaco.agent.sources.traces.devices import AgentMap
+from aaco.agent.sources.traces.launches import LaunchTable
+from aaco.agent.sources.traces.limits import DEFAULT_MAX_BYTES, GZIP_MAGIC, TraceLimits, open_trace
+from aaco.agent.sources.traces.parsed import ParsedTrace
+from aaco.agent.sources.traces.rocprofv3_csv_api import (
     ApiTrace,
     CsvCompanions,
     api_iterations,
@@ -80,7 +83,7 @@ from aaco.agent.sources.rocprofv3_csv_api import (
     reject_in_order,
     time_checks,
 )
-from aaco.agent.sources.rocprofv3_csv_layout import (
+from aaco.agent.sources.traces.rocprofv3_csv_layout import (
     DICT,
     FORMAT_AGENTS,
     FORMAT_API,
@@ -100,18 +103,8 @@ from aaco.agent.sources.rocprofv3_csv_layout import (
     read_bytes,
     sniff_csv,
 )
-from aaco.agent.sources.rocprofv3_u64 import TimeWindow, U64Column
-from aaco.agent.sources.trace_common import (
-    MAX_NAME_BYTES,
-    AgentMap,
-    BadRow,
-    LaunchTable,
-    TraceContext,
-    chunks,
-    empty_kernels,
-    stamp_kernels,
-)
-from aaco.agent.sources.trace_limits import TraceLimits, open_trace
+from aaco.agent.sources.traces.rocprofv3_u64 import TimeWindow, U64Column
+from aaco.agent.sources.traces.tables import chunks, empty_kernels, stamp_kernels
 
 __all__ = [
     "DICT",
@@ -351,7 +344,7 @@ def parse_csv_file(
 ) -> Iterator[ParsedTrace]:
     """Parse a whole rocprofv3 kernel, memory-copy, API or agent CSV (with its companions) in chunks.
 
-    Every file is read within ``limits`` (``trace_limits``; None: the defaults), ``max_bytes`` (when
+    Every file is read within ``limits`` (``limits``; None: the defaults), ``max_bytes`` (when
     given) as its ``max_file_bytes``: past a limit raises ``TraceLimitError``, rows before it yielded.
     """
     limits = limits or TraceLimits()

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aaco.agent.sources.sched_proc import alive
+from aaco.agent.sources.sched.proc import alive
 
 GPU_DEVICE_PATTERNS = ("/dev/kfd", "/dev/dri/renderD*", "/dev/nvidia*")
 CGROUP_ROOT = Path("/sys/fs/cgroup")

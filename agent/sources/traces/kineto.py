@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from aaco.agent.sources.kineto_process import ProcessInfo
-from aaco.agent.sources.kineto_values import (
+from aaco.agent.sources.traces.kineto_process import ProcessInfo
+from aaco.agent.sources.traces.kineto_values import (
     INT_OUT_OF_RANGE,
     TIME_OUT_OF_RANGE,
     IntOutOfRangeError,
@@ -55,8 +55,8 @@ from aaco.agent.sources.kineto_values import (
     opt_int,
     span_ns,
 )
-from aaco.agent.sources.parsed import ParsedTrace
-from aaco.agent.sources.trace_common import LaunchTable
+from aaco.agent.sources.traces.launches import LaunchTable
+from aaco.agent.sources.traces.parsed import ParsedTrace
 from aaco.contract.clock import EPOCH_CEIL_NS, EPOCH_FLOOR_NS, ClockOffset
 from aaco.contract.ids import span_id, trace_id
 

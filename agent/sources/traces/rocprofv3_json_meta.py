@@ -21,8 +21,13 @@ import ijson
 import numpy as np
 import pyarrow as pa
 
-from aaco.agent.sources.rocprofv3_csv import MARKER_RANGE_DOMAINS
-from aaco.agent.sources.rocprofv3_u64 import (
+from aaco.agent.sources.traces.context import MAX_NAME_BYTES, TraceContext
+from aaco.agent.sources.traces.devices import Agent, AgentMap
+from aaco.agent.sources.traces.launches import LaunchTable
+from aaco.agent.sources.traces.limits import TraceLimits, open_trace
+from aaco.agent.sources.traces.model_names import model_from_command
+from aaco.agent.sources.traces.rocprofv3_csv import MARKER_RANGE_DOMAINS
+from aaco.agent.sources.traces.rocprofv3_u64 import (
     INT64_MIN,
     OUT_OF_RANGE,
     U64_MASK,
@@ -32,18 +37,7 @@ from aaco.agent.sources.rocprofv3_u64 import (
     signed,
     u64,
 )
-from aaco.agent.sources.trace_common import (
-    MAX_NAME_BYTES,
-    Agent,
-    AgentMap,
-    LaunchTable,
-    TraceContext,
-    const,
-    empty_iterations,
-    iterations_table,
-    model_from_command,
-)
-from aaco.agent.sources.trace_limits import TraceLimits, open_trace
+from aaco.agent.sources.traces.tables import const, empty_iterations, iterations_table
 
 ROOTS = ("rocprofiler-sdk-tool.item", "rocprofiler-sdk-tool")
 _LIST = "[]"  # marks a field collected as a list

@@ -5,7 +5,7 @@ chunks: at most ``trace_common.CHUNK_ROWS`` kernels each, iterations (and the de
 counts and bad rows found so far) on the first, so a caller can publish chunk by chunk. Large
 formats stream (rocprofv3 CSV in blocks of lines, rocprofv3 JSON with ijson, rocpd with SQLite
 cursors); ONNX Runtime profiles, Kineto traces and rocprof v1 results.json are read whole. Every
-file is read within ``trace_limits`` (its size checked before reading, gzip streamed and bounded,
+file is read within ``limits`` (its size checked before reading, gzip streamed and bounded,
 JSON depth bounded), and a damaged JSON document keeps its good events (``json_salvage``). A file
 that cannot be read at all raises ``TraceFormatError``; bad rows inside a readable file are
 skipped, counted and listed on the chunks instead.
@@ -33,15 +33,16 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco.agent.sources import rocpd, rocprof_v1, rocprofv3_csv, rocprofv3_json
-from aaco.agent.sources.clock_anchor import BootClockCheck
-from aaco.agent.sources.formats import DEFAULT_MAX_BYTES, TraceFile
-from aaco.agent.sources.json_salvage import LoadedJson, load_json
-from aaco.agent.sources.kineto import parse_kineto
-from aaco.agent.sources.ort_profile import parse_ort_profile, profile_extent_us
-from aaco.agent.sources.parsed import ParsedTrace
-from aaco.agent.sources.trace_common import TraceContext, chunks, const
-from aaco.agent.sources.trace_limits import TraceLimits, check_size, read_document
+from aaco.agent.sources.traces import rocpd, rocprof_v1, rocprofv3_csv, rocprofv3_json
+from aaco.agent.sources.traces.clock_anchor import BootClockCheck
+from aaco.agent.sources.traces.context import TraceContext
+from aaco.agent.sources.traces.files import TraceFile
+from aaco.agent.sources.traces.json_salvage import LoadedJson, load_json
+from aaco.agent.sources.traces.kineto import parse_kineto
+from aaco.agent.sources.traces.limits import DEFAULT_MAX_BYTES, TraceLimits, check_size, read_document
+from aaco.agent.sources.traces.ort_profile import parse_ort_profile, profile_extent_us
+from aaco.agent.sources.traces.parsed import ParsedTrace
+from aaco.agent.sources.traces.tables import chunks, const
 from aaco.contract.clock import ClockOffset
 from aaco.contract.errors import TraceFormatError
 
@@ -165,7 +166,7 @@ def parse_any(
 ) -> Iterator[ParsedTrace]:
     """Parse a recognised trace file into ``ParsedTrace`` chunks (see the module doc).
 
-    ``limits`` bound the work (``trace_limits``; default: the file's own ``tf.limits`` or the
+    ``limits`` bound the work (``limits``; default: the file's own ``tf.limits`` or the
     defaults, with ``max_bytes`` on disk and decompressed); the size on disk is checked before reading. Times of a
     CLOCK_BOOTTIME trace recorded on another boot are re-anchored (``clock_anchor``), and kernels
     of a file without iterations take a model (``_model_stamp``). Raises ``TraceFormatError``

@@ -13,8 +13,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco.agent.sources.rocprofv3_u64 import OUT_OF_RANGE, U64_MASK, TimeWindow, as_int, int64_column, u64_array
-from aaco.agent.sources.trace_common import MAX_NAME_BYTES, AgentMap, LaunchTable, TraceContext, stamp_kernels
+from aaco.agent.sources.traces.context import MAX_NAME_BYTES, TraceContext
+from aaco.agent.sources.traces.devices import AgentMap
+from aaco.agent.sources.traces.launches import LaunchTable
+from aaco.agent.sources.traces.rocprofv3_u64 import OUT_OF_RANGE, U64_MASK, TimeWindow, as_int, int64_column, u64_array
+from aaco.agent.sources.traces.tables import stamp_kernels
 
 _DIGITS = re.compile(r"\s*[-+]?\d{1,40}\s*")
 _INT63 = (1 << 63) - 1

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from aaco.agent.sources.trace_limits import TraceLimits, open_trace
+from aaco.agent.sources.traces.limits import TraceLimits, open_trace
 
 FORMAT_KERNEL = "rocprofv3_kernel_csv"
 FORMAT_MEMCPY = "rocprofv3_memcpy_csv"
@@ -112,7 +112,7 @@ def companions(path: Path) -> dict[str, Path]:
 def read_bytes(path: Path, max_bytes: int, limits: TraceLimits | None = None) -> bytes:
     """At most ``max_bytes`` of the (decompressed) content of ``path``; of a damaged gzip, what precedes the damage.
 
-    Read within ``limits`` (``trace_limits``; None: the defaults), a step at a time (``read1``):
+    Read within ``limits`` (``limits``; None: the defaults), a step at a time (``read1``):
     ``read(n)`` would drop everything with the error.
     """
     parts: list[bytes] = []

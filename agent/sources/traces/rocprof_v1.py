@@ -47,8 +47,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco.agent.sources.csv_rows import CsvRowReader
-from aaco.agent.sources.kineto_values import (
+from aaco.agent.sources.traces.context import MAX_NAME_BYTES, TraceContext
+from aaco.agent.sources.traces.csv_rows import CsvRowReader
+from aaco.agent.sources.traces.kineto_values import (
     INT_OUT_OF_RANGE,
     TIME_OUT_OF_RANGE,
     IntOutOfRangeError,
@@ -59,9 +60,9 @@ from aaco.agent.sources.kineto_values import (
     need_int,
     opt_int,
 )
-from aaco.agent.sources.parsed import ParsedTrace
-from aaco.agent.sources.rocprofv3_csv import MAX_TIME_NS, parse_header
-from aaco.agent.sources.trace_common import MAX_NAME_BYTES, TraceContext, chunks, stamp_kernels
+from aaco.agent.sources.traces.parsed import ParsedTrace
+from aaco.agent.sources.traces.rocprofv3_csv import MAX_TIME_NS, parse_header
+from aaco.agent.sources.traces.tables import chunks, stamp_kernels
 from aaco.contract.clock import EPOCH_CEIL_NS, EPOCH_FLOOR_NS, in_epoch_range
 
 FORMAT_CSV = "rocprof_v1_csv"

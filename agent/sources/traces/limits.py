@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from aaco.agent.sources.json_scan import JsonScanner, JsonTooDeepError
+from aaco.agent.sources.traces.json_scan import JsonScanner, JsonTooDeepError
 from aaco.contract.errors import TraceFormatError
 
 GZIP_MAGIC = b"\x1f\x8b"

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from aaco.agent.sources.kineto_values import (
+from aaco.agent.sources.traces.kineto_values import (
     INT_OUT_OF_RANGE,
     TIME_OUT_OF_RANGE,
     IntOutOfRangeError,
@@ -42,7 +42,7 @@ from aaco.agent.sources.kineto_values import (
     num,
     opt_int,
 )
-from aaco.agent.sources.parsed import ParsedTrace
+from aaco.agent.sources.traces.parsed import ParsedTrace
 from aaco.contract.clock import EPOCH_CEIL_NS, EPOCH_FLOOR_NS, ClockOffset
 from aaco.contract.ids import span_id, trace_id
 

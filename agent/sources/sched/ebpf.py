@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from aaco.agent.sources.sched_btf import TaskLayout, task_layout
+from aaco.agent.sources.sched.btf import TaskLayout, task_layout
 from aaco.contract.clock import boottime_offset
 from aaco.contract.sched import (
     FAULT_OFFCPU,
@@ -100,7 +100,7 @@ BPF_NOEXIST = 1
 
 def bpf_source() -> str:
     """The program's C source (package data)."""
-    return resources.files("aaco.agent.sources").joinpath("sched_bpf.c").read_text()
+    return resources.files("aaco.agent.sources.sched").joinpath("sched_bpf.c").read_text()
 
 
 def tracefs() -> Path | None:

@@ -31,8 +31,8 @@ from typing import Literal, Protocol
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
 from aaco.agent.sources.base import Source, SourceContext, SourceRecord
-from aaco.agent.sources.sched_proc import ProcBackend
-from aaco.agent.sources.sched_targets import Resolution, TargetResolver
+from aaco.agent.sources.sched.proc import ProcBackend
+from aaco.agent.sources.sched.targets import Resolution, TargetResolver
 from aaco.contract.config_base import StrictModel
 from aaco.contract.errors import AacoError
 from aaco.contract.sched import Drain, drain_to_table
@@ -120,7 +120,7 @@ def select_backend(cfg: SchedSourceConfig) -> tuple[SchedBackend, str]:
     proc = lambda: ProcBackend(all_tasks=cfg.all_tasks, max_threads=cfg.max_threads)  # noqa: E731
     if cfg.backend == "proc":
         return proc(), "configured (backend: proc)"
-    from aaco.agent.sources.sched_ebpf import EbpfBackend, EbpfSettings, unavailable_reason
+    from aaco.agent.sources.sched.ebpf import EbpfBackend, EbpfSettings, unavailable_reason
 
     reason = unavailable_reason()
     if reason is None:

@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 import orjson
 
-from aaco.agent.sources.json_scan import JsonScanner, JsonTooDeepError
-from aaco.agent.sources.trace_common import BadRow
-from aaco.agent.sources.trace_limits import Document, TraceLimitError, TraceLimits, json_depth_error
+from aaco.agent.sources.traces.context import BadRow
+from aaco.agent.sources.traces.json_scan import JsonScanner, JsonTooDeepError
+from aaco.agent.sources.traces.limits import Document, TraceLimitError, TraceLimits, json_depth_error
 from aaco.contract.errors import TraceFormatError
 
 SCAN_BLOCK = 16 << 20

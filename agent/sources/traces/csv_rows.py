@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from aaco.agent.sources.trace_common import BadRow
+from aaco.agent.sources.traces.context import BadRow
 
 _ARROW_REASONS = (
     (re.compile(r"Expected \d+ columns?, got \d+"), "column_count"),

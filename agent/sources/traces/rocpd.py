@@ -52,23 +52,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from aaco.agent.sources.parsed import ParsedTrace
-from aaco.agent.sources.rocpd_rows import rows_table, small, sql_id, sql_int, sql_u64
-from aaco.agent.sources.rocprofv3_csv import MARKER_RANGE_DOMAINS
-from aaco.agent.sources.rocprofv3_u64 import OUT_OF_RANGE, TimeWindow, int64_column, signed, u64_array
-from aaco.agent.sources.trace_common import (
-    CHUNK_ROWS,
-    MAX_NAME_BYTES,
-    Agent,
-    AgentMap,
-    LaunchTable,
-    TraceContext,
-    empty_iterations,
-    empty_kernels,
-    iterations_table,
-    model_from_command,
-)
-from aaco.agent.sources.trace_limits import READ_STEP, TraceLimits, open_trace
+from aaco.agent.sources.traces.context import MAX_NAME_BYTES, TraceContext
+from aaco.agent.sources.traces.devices import Agent, AgentMap
+from aaco.agent.sources.traces.launches import LaunchTable
+from aaco.agent.sources.traces.limits import READ_STEP, TraceLimits, open_trace
+from aaco.agent.sources.traces.model_names import model_from_command
+from aaco.agent.sources.traces.parsed import ParsedTrace
+from aaco.agent.sources.traces.rocpd_rows import rows_table, small, sql_id, sql_int, sql_u64
+from aaco.agent.sources.traces.rocprofv3_csv import MARKER_RANGE_DOMAINS
+from aaco.agent.sources.traces.rocprofv3_u64 import OUT_OF_RANGE, TimeWindow, int64_column, signed, u64_array
+from aaco.agent.sources.traces.tables import CHUNK_ROWS, empty_iterations, empty_kernels, iterations_table
 
 FORMAT = "rocpd"
 
@@ -283,7 +276,7 @@ def _copy_sql(con: sqlite3.Connection) -> str | None:
 def _connect(path: Path, limits: TraceLimits) -> Iterator[sqlite3.Connection]:
     """A read-only connection; a gzip-compressed database is decompressed to a temporary file first.
 
-    Either way the file is checked and read within ``limits`` (``trace_limits``: size on disk,
+    Either way the file is checked and read within ``limits`` (``limits``: size on disk,
     decompressed size, gzip ratio); past one raises ``TraceLimitError``.
     """
     tmp: tempfile.TemporaryDirectory[str] | None = None

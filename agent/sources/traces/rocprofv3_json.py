@@ -62,9 +62,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco.agent.sources.parsed import ParsedTrace
-from aaco.agent.sources.rocprofv3_json_meta import PARSE_ERRORS, Process, Walker, iterations, read_metadata
-from aaco.agent.sources.rocprofv3_u64 import (
+from aaco.agent.sources.traces.context import BadRow, TraceContext
+from aaco.agent.sources.traces.devices import AgentMap
+from aaco.agent.sources.traces.limits import TraceLimits, open_trace
+from aaco.agent.sources.traces.parsed import ParsedTrace
+from aaco.agent.sources.traces.rocprofv3_json_meta import PARSE_ERRORS, Process, Walker, iterations, read_metadata
+from aaco.agent.sources.traces.rocprofv3_u64 import (
     OUT_OF_RANGE,
     U64_MASK,
     NumberGuard,
@@ -74,8 +77,7 @@ from aaco.agent.sources.rocprofv3_u64 import (
     u64,
     u64_array,
 )
-from aaco.agent.sources.trace_common import CHUNK_ROWS, AgentMap, BadRow, TraceContext, empty_kernels, stamp_kernels
-from aaco.agent.sources.trace_limits import TraceLimits, open_trace
+from aaco.agent.sources.traces.tables import CHUNK_ROWS, empty_kernels, stamp_kernels
 
 FORMAT = "rocprofv3_json"
 
@@ -205,7 +207,7 @@ def _ones(mask: np.ndarray | None, n: int) -> np.ndarray:
 def parse_rocprofv3_json(path: Path, ctx: TraceContext, *, limits: TraceLimits | None = None) -> Iterator[ParsedTrace]:
     """Stream a rocprofv3 JSON file as ``ParsedTrace`` chunks (iterations, devices, model, anchor on the first).
 
-    Both passes read within ``limits`` (``trace_limits``; None: the defaults): a file or content past
+    Both passes read within ``limits`` (``limits``; None: the defaults): a file or content past
     ``max_file_bytes`` or a gzip bomb raises ``TraceLimitError``; nesting past ``max_json_depth`` ends
     the records there, counted ``json_too_deep``.
     """

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aaco.agent.run.inputs import make_inputs
-from aaco.agent.run.session import make_session
+from aaco.agent.sources.ort.inputs import make_inputs
+from aaco.agent.sources.ort.session import make_session
 
 
 @dataclass

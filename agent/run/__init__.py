@@ -1,1 +1,0 @@
-"""The ONNX Runtime workload runner behind ``aaco run`` and the ``ort`` source."""

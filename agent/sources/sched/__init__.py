@@ -1,0 +1,1 @@
+"""The scheduler source: off-CPU time of GPU processes, read by eBPF or from /proc."""

@@ -1,0 +1,1 @@
+"""Trace formats: one module per format (its sniff and parse) registered in ``registry``, and their readers."""

@@ -7,7 +7,7 @@ import sys
 
 CHECK = """
 import sys
-from aaco.agent.cli import keep_pandas_out
+from aaco.agent.cli.runner import keep_pandas_out
 keep_pandas_out()
 import pyarrow as pa
 pa.array([1, 2]); pa.table({"x": ["a"]})

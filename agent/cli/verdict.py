@@ -12,13 +12,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from aaco.agent.cli import _fail, app, err_console, out_console
+from aaco.agent.cli.common import fail, out_console, print_warning, table
 from aaco.contract.errors import AacoError
 
 baseline_app = typer.Typer(help="Record a lake's performance baseline for later aaco diff.", no_args_is_help=True)
-app.add_typer(baseline_app, name="baseline")
 
 NO_MACHINE_HELP = (
     "Do not complete the environment from this machine (driver, ROCm/CUDA, ONNX Runtime, CPU): "
@@ -55,14 +53,12 @@ def baseline_save(
         path = out or (lake / BASELINE_FILE)
         save_baseline(doc, path)
     except AacoError as exc:
-        raise _fail(exc) from None
-    table = Table()
-    for col in ("model", "iterations", "p50 ms", "p95 ms", "kernels/it", "bottleneck"):
-        table.add_column(col, overflow="fold")
+        raise fail(exc) from None
+    out_table = table("model", "iterations", "p50 ms", "p95 ms", "kernels/it", "bottleneck")
     for name, m in doc["models"].items():
         b = m.get("bottleneck") or {}
         cls = f"{b.get('bottleneck_class')} ({b.get('confidence', 0):.2f})" if b else "-"
-        table.add_row(
+        out_table.add_row(
             name,
             str(m["iterations"]),
             _ms(m["latency"]["p50_s"]),
@@ -70,7 +66,7 @@ def baseline_save(
             f"{m['kernels_per_iteration']:.1f}",
             cls,
         )
-    out_console.print(table)
+    out_console.print(out_table)
     env = ", ".join(f"{k}={v['value']}" for k, v in doc["environment"].items() if k != "clocks")
     out_console.print(f"environment: {env}", highlight=False, soft_wrap=True)
     out_console.print(f"baseline: {path}", highlight=False, soft_wrap=True)
@@ -82,7 +78,6 @@ def model_changes(verdict: dict[str, Any]) -> list[tuple[str, str]]:
     return [(v["baseline_model"], str(name)) for name, v in verdicts.items() if v.get("baseline_model")]
 
 
-@app.command()
 def diff(
     baseline: Annotated[
         Path,
@@ -143,9 +138,9 @@ def diff(
             except OSError as exc:
                 raise AacoError(f"cannot write the verdict ({exc.strerror or exc})", subject=out) from None
     except AacoError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     for w in warnings:
-        err_console.print(f"[bold yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
+        print_warning(w)
     typer.echo(text)
     if verdict["regression"]:
         raise typer.Exit(1)

@@ -1,4 +1,4 @@
-"""What a finished run tells its user: the summary table, and the data it could not deliver.
+"""What a finished run tells its user: the summary table, the input it could not read, the data it could not deliver.
 
 ``aaco replay`` (and ``aaco run``) send what they read over OTLP when asked to; when an OTLP exporter
 or forwarder dropped some of it (counted in ``aaco_events_dropped_total`` for ``exporter:otlp``,
@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from rich.console import Console
 from rich.table import Table
 
+from aaco.agent.cli.common import print_error, print_warning, table
 from aaco.contract.stats import EVENTS_DROPPED, Stats
 
 if TYPE_CHECKING:
@@ -28,6 +28,7 @@ WHY = {
     "export_failed": "the export failed",
     "shutdown": "not sent within pipeline.shutdown_timeout_s",
 }
+MAX_WARNINGS = 20  # input warnings printed after a run; the rest are counted (all are in the log)
 
 
 def lost_exports(stats: Stats) -> Counter[tuple[str, str]]:
@@ -36,53 +37,69 @@ def lost_exports(stats: Stats) -> Counter[tuple[str, str]]:
     return Counter({(c, r): n for (c, r), n in drops.items() if c.startswith(OTLP_COMPONENTS)})
 
 
-def report_lost(stats: Stats, console: Console) -> bool:
+def report_lost(stats: Stats) -> bool:
     """Say what was not delivered over OTLP, with how many and why; True if anything was lost."""
     lost = lost_exports(stats)
     for (component, reason), n in sorted(lost.items()):
         unit = UNITS.get(component, "metric point(s)")
-        console.print(
-            f"[bold red]error:[/] {n} {unit} not delivered over OTLP ({component}): {WHY.get(reason, reason)}",
-            highlight=False,
-            soft_wrap=True,
-        )
+        print_error(f"{n} {unit} not delivered over OTLP ({component}): {WHY.get(reason, reason)}")
     return bool(lost)
+
+
+def report_problems(service: AgentService) -> bool:
+    """Print the input problems of a run; True (exit 2) if a file could not be read completely.
+
+    The events read from a damaged file are kept; bad rows inside a readable file are warnings.
+    """
+    from aaco.agent.sources.ingest import DAMAGED
+
+    problems = service.problems
+    errors = [p for p in problems if p.fatal or p.reason in DAMAGED]
+    for p in errors:
+        print_error(f"{p.subject}: {p.message}")
+    warnings = [p for p in problems if p not in errors]
+    for p in warnings[:MAX_WARNINGS]:
+        print_warning(f"{p.subject}: {p.message}")
+    if len(warnings) > MAX_WARNINGS:
+        print_warning(f"... and {len(warnings) - MAX_WARNINGS} more (see the log)")
+    return bool(errors)
 
 
 def _fmt(v: float | None, scale: float = 1.0, digits: int = 3) -> str:
     return "-" if v is None else f"{v * scale:.{digits}f}"
 
 
+SUMMARY_COLUMNS = (
+    "model",
+    "iterations",
+    "p50 ms",
+    "p95 ms",
+    "p99 ms",
+    "it/s",
+    "kernels/it",
+    "KAR",
+    "launch tax",
+    "device active",
+)
+
+
 def summary_table(service: AgentService) -> Table:
     """The end-of-run summary: latency, throughput, kernels, KAR, launch tax, active ratio per model."""
     snap = service.final_snapshot
-    table = Table(title="AACO summary", title_justify="left")
-    for col in (
-        "model",
-        "iterations",
-        "p50 ms",
-        "p95 ms",
-        "p99 ms",
-        "it/s",
-        "kernels/it",
-        "KAR",
-        "launch tax",
-        "device active",
-    ):
-        table.add_column(col, justify="left" if col == "model" else "right", overflow="fold")
+    out = table(*SUMMARY_COLUMNS, right=SUMMARY_COLUMNS[1:], title="AACO summary")
     if snap is None:
-        return table
+        return out
     doc = snap.to_dict()
     lat = doc.get("latency", {}).get("models", {})
     kar = doc.get("kar", {}).get("models", {})
     launch = doc.get("launch", {}).get("models", {})
-    active = {}
+    active: dict[str, list[str]] = {}
     for w in doc.get("activity", {}).get("devices", []):
         active.setdefault(w["run_id"].split(":")[0], []).append(f"{w['device']} {w['active_ratio']:.2f}")
     for model in sorted(set(lat) | set(kar) | set(launch)):
         lm, km, la = lat.get(model, {}), kar.get(model, {}), launch.get(model, {})
         tax = la.get("launch_tax")
-        table.add_row(
+        out.add_row(
             model,
             str(lm.get("iterations", "-")),
             _fmt(lm.get("p50_s"), 1e3),
@@ -94,4 +111,4 @@ def summary_table(service: AgentService) -> Table:
             "-" if tax is None else f"{tax:.3f} ({la.get('band')})",
             ", ".join(active.get(model, [])) or "-",
         )
-    return table
+    return out

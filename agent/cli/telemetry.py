@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
-from aaco.agent.cli import _fail, app, err_console, out_console
+from aaco.agent.cli.common import fail, out_console, print_warning, table
 from aaco.contract.errors import AacoError
 
 if TYPE_CHECKING:  # the smi package imports every source (~0.4 s): imported when the command runs
@@ -38,7 +37,6 @@ def readings(snap: Snapshot) -> list[dict[str, object]]:
     return out
 
 
-@app.command()
 def telemetry(
     backend: Annotated[
         str,
@@ -95,22 +93,21 @@ def telemetry(
         finally:
             source.close()
     except (BackendError, TelemetryFormatError, AacoError) as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     for p in snap.problems:
-        err_console.print(f"[yellow]warning:[/] {p}", highlight=False, soft_wrap=True)
+        print_warning(p)
     rows = readings(snap)
     if as_json:
         typer.echo(json.dumps(rows, indent=1))
         return
-    table = Table(title=f"GPU telemetry ({snap.format})", title_justify="left")
-    for col in ("gpu", "model", "metric", "attributes", "value", "unit"):
-        table.add_column(col, justify="right" if col == "value" else "left", overflow="fold")
+    columns = ("gpu", "model", "metric", "attributes", "value", "unit")
+    out = table(*columns, right={"value"}, title=f"GPU telemetry ({snap.format})")
     for r in rows:
         attrs = dict(r["attributes"])  # type: ignore[call-overload]
         model = attrs.pop("hw.model", "")
         for k in ("hw.vendor", "pci.bus_id", "gpu_uuid"):
             attrs.pop(k, None)
-        table.add_row(
+        out.add_row(
             str(r["device"]),
             model,
             str(r["metric"]),
@@ -118,4 +115,4 @@ def telemetry(
             f"{r['value']:.6g}",
             str(r["unit"]),
         )
-    out_console.print(table)
+    out_console.print(out)

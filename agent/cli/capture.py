@@ -9,24 +9,23 @@ so where the agent runs with them, ``aaco capture --pid P`` needs no flag.
 
 from __future__ import annotations
 
-import http.client
 import json
-import ssl
 import urllib.parse
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from aaco.agent.admin import DEFAULT_TOKEN_FILE, read_token
-from aaco.agent.admin_socket import UnixHTTPConnection
-from aaco.agent.cli import app, err_console, out_console
+from aaco.agent.cli.common import fail, out_console, print_error
 from aaco.contract.errors import AacoError
 
+if TYPE_CHECKING:
+    import http.client
+
 TIMEOUT_S = 10.0
+DEFAULT_TOKEN_FILE = Path("/var/lib/aaco/admin-token")  # aaco.agent.admin's (a test keeps them equal); not imported
 
 
-@app.command()
 def capture(
     pid: Annotated[int, typer.Option("--pid", "-p", min=1, help="The GPU process to capture.")],
     agent: Annotated[str, typer.Option("--agent", help="The agent's metrics address (on this host).")] = (
@@ -53,6 +52,11 @@ def capture(
     ] = None,
 ) -> None:
     """Queue a capture of PID on the running agent (its `capture` source runs the profiler and ingests the result)."""
+    import http.client
+
+    from aaco.agent.admin import read_token
+    from aaco.agent.admin_socket import UnixHTTPConnection
+
     query = {"pid": str(pid), **({"source": source} if source else {})}
     target = "/api/v1/capture?" + urllib.parse.urlencode(query)
     headers = {"Content-Length": "0"}
@@ -70,8 +74,7 @@ def capture(
         finally:
             conn.close()
     except AacoError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        raise fail(exc) from None
     except (OSError, http.client.HTTPException) as exc:
         raise _no_agent(where, exc) from None
     try:
@@ -79,12 +82,15 @@ def capture(
     except ValueError:
         doc = {"error": body[:200].decode(errors="replace")}
     if status >= 300:
-        err_console.print(f"[bold red]error:[/] {status}: {doc.get('error', 'refused')}", highlight=False)
+        print_error(f"{status}: {doc.get('error', 'refused')}")
         raise typer.Exit(2)
     out_console.print(f"queued a capture of pid {doc['pid']} on source {doc['source']}", highlight=False)
 
 
 def _tcp(agent: str, cacert: Path | None) -> http.client.HTTPConnection:
+    import http.client
+    import ssl
+
     url = urllib.parse.urlsplit(agent if "://" in agent else f"http://{agent}")
     if url.scheme not in ("http", "https") or not url.hostname:
         raise AacoError("expected http://HOST:PORT or https://HOST:PORT", subject="--agent")
@@ -103,5 +109,4 @@ def _no_agent(agent: str, exc: Exception) -> typer.Exit:
         subject=agent,
         hint="is `aaco agent` running here with a capture source and metrics enabled (or admin.socket set)?",
     )
-    err_console.print(f"[bold red]error:[/] {err}", highlight=False)
-    return typer.Exit(2)
+    return fail(err)

@@ -11,9 +11,8 @@ import time
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from aaco.agent.cli import _fail, app, err_console, out_console, setup_logging
+from aaco.agent.cli.common import LogLevel, fail, out_console, print_note, setup_logging
 from aaco.contract.errors import AacoError
 
 FIELDS = (
@@ -30,8 +29,8 @@ FIELDS = (
 
 def _check_pids(pids: list[int]) -> list[int]:
     """The processes of ``pids`` (a thread id stands for its process); a missing one is an error."""
-    from aaco.agent.sources.sched_proc import alive
-    from aaco.agent.sources.sched_targets import tgid_of
+    from aaco.agent.sources.sched.proc import alive
+    from aaco.agent.sources.sched.targets import tgid_of
 
     out: list[int] = []
     for pid in pids:
@@ -63,7 +62,6 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-@app.command()
 def sched(
     pid: Annotated[
         list[int] | None,
@@ -80,7 +78,7 @@ def sched(
     top: Annotated[
         int, typer.Option("--top", min=1, help="With --all: show this many processes (most switches).")
     ] = 20,
-    log_level: Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")] = "warning",
+    log_level: LogLevel = "warning",
 ) -> None:
     """Trace processes' scheduling for a while and print, per pid, what held them off the CPU.
 
@@ -90,8 +88,8 @@ def sched(
     setup_logging(log_level)
     from pydantic import ValidationError
 
-    from aaco.agent.sources.sched import SchedCollector, SchedSourceConfig
-    from aaco.agent.sources.sched_proc import alive
+    from aaco.agent.sources.sched.proc import alive
+    from aaco.agent.sources.sched.source import SchedCollector, SchedSourceConfig
     from aaco.analyzers.sched import SchedAnalyzer
     from aaco.contract.sched import drain_to_table
     from aaco.contract.schemas import EventBatch, conform
@@ -114,7 +112,7 @@ def sched(
             raise AacoError(str(exc).splitlines()[-1], subject="aaco sched") from None
         collector = SchedCollector(cfg)
     except AacoError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     analyzer = SchedAnalyzer(max_workloads=1 << 20, retain_s=1e9, stale_s=1e9)
     started = time.monotonic()
     try:
@@ -126,7 +124,7 @@ def sched(
             if table.num_rows:
                 analyzer.update(EventBatch("sched", conform("sched", table), "sched"))
     except KeyboardInterrupt:
-        err_console.print("interrupted: reporting what was measured", highlight=False)
+        print_note("interrupted: reporting what was measured")
     finally:
         collector.close()
     elapsed = time.monotonic() - started
@@ -145,10 +143,9 @@ def sched(
     if as_json:
         typer.echo(json.dumps(doc))
         return
-    table = Table(title=f"aaco sched: {elapsed:.1f} s, backend {doc['backend']}", title_justify="left")
     short = {"context_switches": "switches", "runqueue_latency_p50_s": "rq p50 s", "runqueue_latency_p99_s": "rq p99 s"}
-    for col in ("pid", "comm", *FIELDS):
-        table.add_column(short.get(col, col), justify="left" if col == "comm" else "right", overflow="fold")
+    headers = [short.get(col, col) for col in ("pid", "comm", *FIELDS)]
+    out = table(*headers, right=set(headers) - {"comm"}, title=f"aaco sched: {elapsed:.1f} s, backend {doc['backend']}")
     for r in rows:
-        table.add_row(*(_fmt(r.get(c)) for c in ("pid", "comm", *FIELDS)))
-    out_console.print(table)
+        out.add_row(*(_fmt(r.get(c)) for c in ("pid", "comm", *FIELDS)))
+    out_console.print(out)

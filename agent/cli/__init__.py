@@ -1,0 +1,76 @@
+"""The ``aaco`` command line: the typer app, its commands (one module per group) and ``main``.
+
+Exit codes: 0 success; 1 an unexpected failure (a bug: the log says where); 2 bad usage or bad
+input (a missing or corrupt file, a config that does not validate), reported as one clear line
+naming the file and what is wrong, without a traceback; 3 (``aaco replay``) spans or metrics it was
+asked to send over OTLP were dropped (upstream down or refusing, queue or byte budget full, shutdown
+deadline), said with how many and why. Damaged input and lost data together exit 2 (the input is
+the first thing to fix; both are said). ``aaco agent``, a daemon, stopped by a signal
+exits 0 whatever input it met: bad input is counted, quarantined and logged as it is met, and a
+non-zero status would read as a crash to the supervisor that stopped it (Kubernetes, systemd).
+
+The command modules import ``aaco.agent.cli.common`` and never this package; they import what their
+command runs (the config, the service, the sources) inside the command, so ``aaco --version`` and
+``aaco --help`` load none of it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from aaco.agent.cli import capture, graph, info, run, sched, telemetry, verdict
+from aaco.agent.cli.common import widen_help
+from aaco.agent.cli.config import config_app
+from aaco.contract.version import version as aaco_version
+
+app = typer.Typer(
+    name="aaco",
+    help="AACO: GPU observability agent. Kernel traces, GPU telemetry and scheduler events become "
+    "OpenTelemetry traces and metrics, Prometheus metrics and a Parquet lake, with analyzers that "
+    "say where the time went and why latency changed.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    add_completion=False,
+)
+
+
+def _print_version(value: bool) -> None:
+    """``--version``: print the version and exit, before any command or option is looked at."""
+    if value:
+        typer.echo(f"aaco {aaco_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", "-V", is_eager=True, callback=_print_version, help="Print the version of AACO and exit."
+        ),
+    ] = False,
+) -> None:
+    """AACO: GPU observability agent."""
+
+
+app.command()(run.run)
+app.command(epilog=run.REPLAY_EPILOG)(run.replay)
+app.command(epilog=run.AGENT_EPILOG)(run.agent)
+app.command()(capture.capture)
+app.command()(verdict.diff)
+app.add_typer(verdict.baseline_app, name="baseline")
+app.command()(sched.sched)
+app.command()(telemetry.telemetry)
+app.add_typer(config_app, name="config")
+app.command()(graph.graph)
+app.command()(info.metrics)
+app.command()(info.version)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    widen_help()
+    app(prog_name="aaco")

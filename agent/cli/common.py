@@ -1,0 +1,103 @@
+"""What every ``aaco`` command shares: the consoles, error lines, logging, common options, tables, config loading.
+
+Output to a terminal takes the terminal's width. Output to a pipe or a file (CI logs, scripts) is
+``PIPED_WIDTH`` columns wide unless ``COLUMNS`` or ``TERMINAL_WIDTH`` say otherwise: rich would assume
+80 and cut table cells and help text. Error and warning lines are never hard-wrapped: one line per
+message, whatever the width, so a log reader or ``grep`` sees the whole message.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from aaco.contract.errors import AacoError
+
+if TYPE_CHECKING:  # the config models cost ~0.2 s to import: loaded by the commands that read a config
+    from aaco.agent.config import AgentConfig
+
+PIPED_WIDTH = 160  # columns for tables, help and usage errors when the stream is not a terminal
+
+LOG_LEVEL_HELP = "debug, info, warning or error."
+LogLevel = Annotated[str, typer.Option("--log-level", help=LOG_LEVEL_HELP)]
+
+
+def piped_width(stream: IO[str]) -> int | None:
+    """``PIPED_WIDTH`` when ``stream`` is not a terminal and neither COLUMNS nor TERMINAL_WIDTH is set, else None."""
+    if stream.isatty() or os.environ.get("COLUMNS") or os.environ.get("TERMINAL_WIDTH"):
+        return None
+    return PIPED_WIDTH
+
+
+out_console = Console(width=piped_width(sys.stdout))
+err_console = Console(stderr=True, width=piped_width(sys.stderr))
+
+
+def widen_help() -> None:
+    """Give typer's help and usage-error console ``PIPED_WIDTH`` columns when stdout is a pipe.
+
+    typer reads TERMINAL_WIDTH into ``rich_utils.MAX_WIDTH`` (its documented knob); when that is set,
+    it is left alone.
+    """
+    import typer.rich_utils
+
+    if typer.rich_utils.MAX_WIDTH is None:
+        typer.rich_utils.MAX_WIDTH = piped_width(sys.stdout)
+
+
+def print_error(message: object) -> None:
+    """One ``error:`` line on stderr (never hard-wrapped; the message is printed as text, not markup)."""
+    err_console.print(f"[bold red]error:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
+
+
+def print_warning(message: object) -> None:
+    """One ``warning:`` line on stderr (never hard-wrapped; the message is printed as text, not markup)."""
+    err_console.print(f"[yellow]warning:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
+
+
+def print_note(message: object) -> None:
+    """One plain line on stderr: what a command did, beside its output on stdout."""
+    err_console.print(str(message), highlight=False, markup=False, soft_wrap=True)
+
+
+def fail(exc: AacoError) -> typer.Exit:
+    """Print ``exc`` as one error line and return the exit (status 2, bad usage or bad input) to raise."""
+    print_error(exc)
+    return typer.Exit(2)
+
+
+def setup_logging(level: str) -> None:
+    """Log to stderr at ``level``."""
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+
+
+def table(*columns: str, right: Collection[str] = (), title: str | None = None) -> Table:
+    """A table whose cells fold (wrap) instead of being cut with an ellipsis; ``right`` columns are right-justified."""
+    out = Table(title=title, title_justify="left")
+    for col in columns:
+        out.add_column(col, justify="right" if col in right else "left", overflow="fold")
+    return out
+
+
+def load_config_or_exit(path: Path | None, overrides: Mapping[str, Any] | None = None) -> AgentConfig:
+    """The agent's config from ``path`` (None: the embedded default) with ``overrides``; exit 2 naming what is wrong."""
+    from aaco.agent.config import load_config
+
+    try:
+        return load_config(path, overrides)
+    except AacoError as exc:
+        raise fail(exc) from None

@@ -1,0 +1,241 @@
+"""``aaco run``, ``aaco replay`` and ``aaco agent``: the commands that run the agent's pipeline.
+
+``run`` profiles an ONNX model, ``replay`` pushes trace files through, ``agent`` is the long-lived
+daemon. Each builds an agent config (the embedded default plus its options as overrides) and runs
+the same ``AgentService`` as the daemon (``aaco.agent.cli.runner``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from aaco.agent.cli.common import (
+    LogLevel,
+    fail,
+    load_config_or_exit,
+    out_console,
+    print_error,
+    print_note,
+    setup_logging,
+)
+from aaco.agent.cli.runner import return_large_buffers, run_service
+from aaco.contract.errors import AacoError
+
+REPLAY_EPILOG = (
+    "Exit status: 0 when every file was read and everything asked for was sent; 2 bad usage or damaged "
+    "input (a file that could not be read completely: its events read so far are kept); 3 spans or metrics it was "
+    "asked to send over OTLP were dropped (upstream down or refusing, queue or byte budget full, shutdown "
+    "deadline), said with how many and why. With both damaged input and lost data, 2 (both are said)."
+)
+AGENT_EPILOG = (
+    "Exit status: 0 once stopped by SIGTERM/SIGINT, bad input met or not (each bad file is counted in "
+    "aaco_source_errors_total, quarantined and logged when met); 2 if the config does not validate."
+)
+
+LakeOut = Annotated[Path, typer.Option("--out", "-o", help="Lake directory.")]
+OtlpEndpoint = Annotated[str | None, typer.Option("--otlp-endpoint", help="Send traces over OTLP here.")]
+
+
+def exporter_overrides(
+    out: Path | None, metrics_port: int | None, otlp_endpoint: str | None, serve: bool = False
+) -> dict[str, Any]:
+    """The ``exporters`` section that the options of ``aaco run`` and ``aaco replay`` override."""
+    ex: dict[str, Any] = {"prometheus": {"enabled": metrics_port is not None or serve}}
+    if metrics_port is not None:
+        ex["prometheus"]["port"] = metrics_port
+    if out is not None:
+        ex["lake"] = {"path": str(out)}
+    if otlp_endpoint:
+        ex["otlp"] = {"endpoint": otlp_endpoint}
+    return {"exporters": ex}
+
+
+def run(
+    model: Annotated[
+        Path | None,
+        typer.Option(
+            "--model", "-m", help="ONNX model (default: light_resnet50.onnx from the onnx wheel, no download)."
+        ),
+    ] = None,
+    iterations: Annotated[int, typer.Option("--iterations", "-n", min=1, help="Timed iterations.")] = 20,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Untimed warmup iterations.")] = 3,
+    provider: Annotated[
+        str,
+        typer.Option(
+            "--provider",
+            help="ONNX Runtime execution provider: auto, cpu, cuda, rocm or migraphx (auto: the best present).",
+        ),
+    ] = "auto",
+    out: LakeOut = Path("aaco-data"),
+    metrics_port: Annotated[
+        int | None,
+        typer.Option("--metrics-port", min=0, max=65535, help="Serve Prometheus metrics on this port while running."),
+    ] = None,
+    otlp_endpoint: OtlpEndpoint = None,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
+    log_level: LogLevel = "warning",
+) -> None:
+    """Run an ONNX model under ONNX Runtime with profiling, analyse it, write the lake, print a summary."""
+    setup_logging(log_level)
+    from aaco.agent.cli.report import summary_table
+    from aaco.agent.sources.ort.models import load_model, resolve_model
+    from aaco.agent.sources.ort.session import resolve_provider
+
+    try:
+        model_path = resolve_model(model)
+        load_model(model_path)
+        resolve_provider(provider)
+    except AacoError as exc:
+        raise fail(exc) from None
+    source = {
+        "type": "ort",
+        "model": str(model_path),
+        "iterations": iterations,
+        "warmup": warmup,
+        "provider": provider,
+        "cycles": 1,
+    }
+    config = load_config_or_exit(None, {"sources": [source], **exporter_overrides(out, metrics_port, otlp_endpoint)})
+    service = run_service(config, progress=not no_progress, stop_when_done=True)
+    out_console.print(summary_table(service))
+    out_console.print(f"lake: {out.resolve()}", highlight=False)
+
+
+def replay(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Trace files or directories: rocprofv3 CSV/JSON/rocpd, rocprof v1/v2 results, Kineto/PyTorch "
+            "profiler JSON, ONNX Runtime profiles (.gz accepted; recognised by content)."
+        ),
+    ],
+    out: LakeOut = Path("aaco-data"),
+    otlp_endpoint: OtlpEndpoint = None,
+    metrics_port: Annotated[
+        int | None, typer.Option("--metrics-port", min=0, max=65535, help="Serve Prometheus metrics on this port.")
+    ] = None,
+    serve: Annotated[
+        bool,
+        typer.Option(
+            "--serve", help="Keep /metrics up after the replay until SIGTERM/SIGINT (port 9464 unless --metrics-port)."
+        ),
+    ] = False,
+    model_name: Annotated[str | None, typer.Option("--model-name", help="Model name for the iterations.")] = None,
+    perfetto: Annotated[
+        Path | None, typer.Option("--perfetto", help="Also write the events as a trace that ui.perfetto.dev opens.")
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Read files again even if the lake already holds them.")
+    ] = False,
+    clock_offset: Annotated[
+        int | None,
+        typer.Option(
+            "--clock-offset",
+            help="Epoch ns minus CLOCK_BOOTTIME ns of the recording boot (rocprofv3, rocprof v1 traces): used as "
+            "given, instead of this host's offset and the re-anchoring of traces from another boot.",
+        ),
+    ] = None,
+    log_level: LogLevel = "warning",
+) -> None:
+    """Push trace files through the pipeline: lake, analysis, metrics and traces as if live."""
+    setup_logging(log_level)
+    from aaco.agent.cli.report import lost_exports, summary_table
+    from aaco.agent.sources.traces.detect import recognise
+    from aaco.agent.sources.traces.files import expand
+
+    files = expand(paths)
+    if not files:
+        raise fail(AacoError("no trace files found", subject=" ".join(map(str, paths))))
+    bad = []
+    for f in files:
+        try:
+            recognise(f)
+        except AacoError as exc:
+            bad.append(exc)
+    if bad:
+        for exc in bad[:-1]:
+            print_error(exc)
+        raise fail(bad[-1])
+    source = {
+        "type": "replay",
+        "paths": [str(p) for p in paths],
+        "model": model_name,
+        "force": force,
+        "clock_offset_ns": clock_offset,
+    }
+    config = load_config_or_exit(
+        None, {"sources": [source], **exporter_overrides(out, metrics_port, otlp_endpoint, serve)}
+    )
+    extra = []
+    if perfetto is not None:
+        from aaco.contract.stats import Stats
+        from aaco.exporters.perfetto import PerfettoExporter
+
+        extra.append(PerfettoExporter(perfetto, Stats()))
+    service = run_service(config, progress=True, stop_when_done=not serve, extra_exporters=extra)
+    if perfetto is not None:
+        print_note(f"perfetto trace: {perfetto.resolve()} (open it in https://ui.perfetto.dev)")
+    if not serve:
+        out_console.print(summary_table(service))
+    print_note(f"replayed {len(files)} file(s) into {out.resolve()}")
+    if lost_exports(service.stats):
+        raise typer.Exit(3)
+
+
+def agent(
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="YAML config (default: the embedded one: "
+            "the default model under ONNX Runtime, lake ./aaco-data, "
+            "metrics on 127.0.0.1:9464).",
+        ),
+    ] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option("--metrics-port", min=0, max=65535, help="Override exporters.prometheus.port.")
+    ] = None,
+    lake: Annotated[Path | None, typer.Option("--lake", help="Override exporters.lake.path.")] = None,
+    log_level: Annotated[str | None, typer.Option("--log-level", help="Override log_level.")] = None,
+    web_config_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--web-config-file",
+            help="Override exporters.prometheus.web_config_file: a Prometheus web-config file "
+            "(TLS, basic auth), as node-exporter's --web.config.file.",
+        ),
+    ] = None,
+) -> None:
+    """Run the long-lived agent (DaemonSet mode) until SIGTERM/SIGINT; SIGHUP reloads the config file."""
+    from aaco.agent.config import AgentConfig, load_config
+
+    overrides: dict[str, Any] = {}
+    prometheus: dict[str, Any] = {}
+    if metrics_port is not None:
+        prometheus.update(port=metrics_port, enabled=True)
+    if web_config_file is not None:
+        prometheus["web_config_file"] = str(web_config_file)
+    if prometheus:
+        overrides.setdefault("exporters", {})["prometheus"] = prometheus
+    if lake is not None:
+        overrides.setdefault("exporters", {})["lake"] = {"path": str(lake)}
+    if log_level is not None:
+        overrides["log_level"] = log_level
+    cfg = load_config_or_exit(config, overrides)
+    setup_logging(cfg.log_level)
+    return_large_buffers()
+
+    def reload() -> AgentConfig:
+        return load_config(config, overrides)  # a reload that fails is logged by the service, which keeps running
+
+    run_service(
+        cfg,
+        progress=False,
+        stop_when_done=False,
+        reload_config=reload if config is not None else None,
+        report_input=False,
+    )

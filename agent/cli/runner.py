@@ -1,0 +1,137 @@
+"""Running the agent's service in the foreground for ``aaco run``, ``aaco replay`` and ``aaco agent``.
+
+Progress bars on stderr, the process settings a long-running agent wants (no pandas, large buffers
+returned to the OS), and what the run reports when it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib.abc
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import typer
+from rich.console import Console
+
+from aaco.agent.cli.common import err_console, fail
+from aaco.agent.cli.report import report_lost, report_problems
+from aaco.contract.errors import AacoError
+
+if TYPE_CHECKING:  # the service and its sources cost ~0.8 s to import: imported when a command runs one
+    from aaco.agent.config import AgentConfig
+    from aaco.agent.service import AgentService
+
+
+class RichProgress:
+    """Progress bars on stderr (rich), one per task; thread-safe."""
+
+    def __init__(self, console: Console) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
+        self._tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> RichProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def start(self, task: str, total: int | None) -> None:
+        """Begin a bar."""
+        self._tasks[task] = self._progress.add_task(task, total=total)
+
+    def advance(self, task: str, steps: int = 1) -> None:
+        """Move a bar."""
+        if task in self._tasks:
+            self._progress.advance(self._tasks[task], steps)
+
+    def finish(self, task: str) -> None:
+        """Remove a finished bar."""
+        tid = self._tasks.pop(task, None)
+        if tid is not None:
+            self._progress.remove_task(tid)
+
+
+class _NoPandas(importlib.abc.MetaPathFinder):
+    """An import hook that refuses pandas (used once, see ``keep_pandas_out``)."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> None:
+        """Refuse pandas; leave every other import to the other finders."""
+        if fullname == "pandas" or fullname.startswith("pandas."):
+            raise ImportError("pandas is kept out of the agent")
+
+
+def keep_pandas_out() -> None:
+    """Stop pyarrow from importing pandas in this process (the agent never uses it).
+
+    pyarrow imports pandas, when it is installed, the first time it converts a Python list; in a
+    long-running agent that costs ~40 MiB of RSS for nothing (measured by benchmarks/telemetry_cost.py:
+    pandas arrives in a development environment through a test-only dependency). pyarrow tries the
+    import once and remembers the answer, so it is asked once here while the import is refused.
+    """
+    if "pandas" in sys.modules:
+        return
+    import pyarrow as pa
+
+    finder = _NoPandas()
+    sys.meta_path.insert(0, finder)
+    try:
+        pa.array([0])
+    finally:
+        sys.meta_path.remove(finder)
+
+
+def return_large_buffers(threshold: int = 1024 * 1024) -> None:
+    """Have glibc mmap every allocation of ``threshold`` bytes or more, so it goes back to the OS when freed.
+
+    glibc raises its mmap threshold as large blocks are freed (up to 32 MiB), after which OTLP request
+    bodies of a few MB are carved from per-thread arenas that keep their pages: 4 clients flooding the
+    receiver with 3.7 MB requests grew the agent by about 420 MiB with it and 285 MiB with a fixed 1 MiB
+    threshold (the byte budget itself being 256 MiB). No-op without glibc.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, threshold)  # M_MMAP_THRESHOLD (malloc.h); fixing it also stops the dynamic raise
+    except (OSError, AttributeError):
+        return
+
+
+def run_service(
+    config: AgentConfig,
+    *,
+    progress: bool,
+    stop_when_done: bool,
+    reload_config: Callable[[], AgentConfig] | None = None,
+    extra_exporters: list[Any] | None = None,
+    report_input: bool = True,
+) -> AgentService:
+    """Run the service until stopped (or done); with ``report_input``, say what OTLP lost; exit 2 on damaged input."""
+    from aaco.agent.service import AgentService, run_until_stopped
+
+    keep_pandas_out()
+    bars = RichProgress(err_console) if progress and err_console.is_terminal else None
+    service = AgentService(config, progress=bars, extra_exporters=extra_exporters)
+    try:
+        with bars if bars is not None else contextlib.nullcontext():
+            run_until_stopped(service, stop_when_sources_done=stop_when_done, reload_config=reload_config)
+    except AacoError as exc:
+        service.shutdown()
+        raise fail(exc) from None
+    if report_input:
+        damaged = report_problems(service)
+        report_lost(service.stats)
+        if damaged:
+            raise typer.Exit(2)
+    return service

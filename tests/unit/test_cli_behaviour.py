@@ -1,7 +1,14 @@
-"""The command line's behaviours from issue 15: --version, output not cut at 80 columns, opsets as text."""
+"""The command line's behaviours from issue 15: --version, output not cut or wrapped at 80 columns, opsets as text.
+
+Elsewhere: ``aaco diff`` across models (tests/integration/test_verdict_cli.py), no CUDA version from a
+dangling link (test_environment.py), counters at 0 from the start (test_stats.py and
+tests/integration/test_service_lifecycle.py).
+"""
 
 from __future__ import annotations
 
+import io
+import json
 import logging
 import os
 import subprocess
@@ -11,6 +18,7 @@ from types import SimpleNamespace
 from rich.console import Console
 
 from aaco.agent import __version__
+from aaco.agent.cli import common
 from aaco.agent.cli.report import summary_table
 
 
@@ -81,3 +89,80 @@ def test_graph_prints_opsets_as_text_not_a_python_dict():
     assert proc.returncode == 0, proc.stderr
     head = proc.stdout.splitlines()[0]
     assert head.endswith("opset ai.onnx:9") and "{" not in head
+
+
+def test_an_error_to_a_pipe_is_one_line_with_the_whole_message(tmp_path):
+    missing = tmp_path / ("a_directory_with_a_name_long_enough_to_pass_eighty_columns_" * 2) / "model.onnx"
+    proc = aaco("graph", str(missing))
+    assert proc.returncode == 2
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and str(missing) in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_usage_error_to_a_pipe_is_not_wrapped_at_80_columns():
+    proc = aaco("sched", "--duration", "soon")
+    assert proc.returncode == 2
+    said = "Invalid value for '--duration' / '-d': Input should be a valid number, unable to parse string as a number"
+    assert said in proc.stderr  # 107 columns on one line of the error panel
+
+
+def test_error_lines_are_never_hard_wrapped_and_are_not_markup(monkeypatch):
+    buffer = io.StringIO()
+    monkeypatch.setattr(common, "err_console", Console(file=buffer, width=40))
+    message = "cannot read the admin token [bold]/var/lib/aaco/admin-token[/bold]: no such file, check --token-file"
+    common.print_error(message)
+    common.print_warning(message)
+    assert buffer.getvalue().splitlines() == [f"error: {message}", f"warning: {message}"]
+
+
+def test_a_pipe_gets_the_wide_width_unless_columns_say_otherwise(monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("TERMINAL_WIDTH", raising=False)
+    assert common.piped_width(io.StringIO()) == common.PIPED_WIDTH
+    monkeypatch.setenv("COLUMNS", "100")
+    assert common.piped_width(io.StringIO()) is None
+
+
+HEAVY = (
+    "aaco.agent.config",
+    "aaco.agent.service",
+    "aaco.agent.sources",
+    "aaco.agent.admin",
+    "aaco.analyzers",
+    "aaco.exporters",
+    "pydantic",
+    "pyarrow",
+    "onnxruntime",
+)
+LOADED_AFTER = """
+import json, sys
+from aaco.agent.cli import main
+flag, heavy = sys.argv[1], tuple(json.loads(sys.argv[2]))
+sys.argv = ["aaco", flag]
+try:
+    main()
+except SystemExit:
+    pass
+print(json.dumps(sorted(m for m in sys.modules if m.startswith(heavy))))
+"""
+
+
+def test_version_and_help_load_no_command_code():
+    """The commands import the config, the service, the sources and pydantic only when they run."""
+    for flag in ("--version", "--help"):
+        proc = subprocess.run(
+            [sys.executable, "-c", LOADED_AFTER, flag, json.dumps(HEAVY)],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert json.loads(proc.stdout.splitlines()[-1]) == [], flag
+
+
+def test_capture_defaults_to_the_agents_token_file():
+    from aaco.agent.admin import DEFAULT_TOKEN_FILE
+    from aaco.agent.cli import capture
+
+    assert capture.DEFAULT_TOKEN_FILE == DEFAULT_TOKEN_FILE

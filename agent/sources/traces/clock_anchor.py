@@ -34,17 +34,14 @@ from datetime import datetime, timezone
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco.agent.sources.traces import rocpd, rocprof_v1, rocprofv3_csv, rocprofv3_json
 from aaco.agent.sources.traces.context import TraceContext
 from aaco.agent.sources.traces.files import TraceFile
 from aaco.agent.sources.traces.parsed import ParsedTrace
+from aaco.agent.sources.traces.registry import TRACE_FORMATS
 from aaco.contract.clock import EPOCH_CEIL_NS, EPOCH_FLOOR_NS, INT64_MAX, ClockOffset, fits_int64
 
 log = logging.getLogger("aaco.sources.clock")
 
-BOOTTIME_FORMATS = frozenset(
-    {*rocprofv3_csv.FORMATS, rocprofv3_json.FORMAT, rocpd.FORMAT, rocprof_v1.FORMAT_CSV, rocprof_v1.FORMAT_JSON}
-)
 HOST_METHOD = "boottime-bracket"  # the host's own offset: the one conversion that may be wrong for a file
 FUTURE_SLACK_NS = 5 * 60 * 10**9
 PAST_WINDOW_NS = 24 * 3600 * 10**9
@@ -93,7 +90,7 @@ class BootClockCheck:
     def __init__(self, tf: TraceFile, ctx: TraceContext, now_ns: int | None = None) -> None:
         self.tf = tf
         self.host = ctx.clock
-        self.enabled = tf.format in BOOTTIME_FORMATS and ctx.clock.method == HOST_METHOD
+        self.enabled = tf.format in TRACE_FORMATS.boottime and ctx.clock.method == HOST_METHOD
         self.now_ns = now_ns if now_ns is not None else time.time_ns()
         self.clock: ClockOffset | None = None  # the re-anchored offset, once decided
         self._anchor_raw: int | None = None

@@ -3,57 +3,20 @@
 from __future__ import annotations
 
 import os
-import re
 import stat
 from pathlib import Path
 
 from aaco.agent.sources.traces.files import TraceFile, content_identity, read_head
+from aaco.agent.sources.traces.registry import TRACE_FORMATS
 from aaco.contract.errors import TraceFormatError
 
-# Categories ONNX Runtime writes into its profile (a JSON list of Chrome-trace events).
-_ORT_HEAD = re.compile(rb'^\s*\[\s*\{[^\[\]]*"cat"\s*:\s*"(Session|Node|Kernel)"', re.S)
-# Kineto writes schemaVersion/deviceProperties/baseTimeNanoseconds, or at least its own categories.
-_KINETO_KEYS = (b'"schemaVersion"', b'"deviceProperties"', b'"baseTimeNanoseconds"', b'"distributedInfo"')
-_KINETO_CATS = re.compile(
-    rb'"cat"\s*:\s*"(cpu_op|cuda_runtime|kernel|gpu_memcpy|gpu_memset|user_annotation|python_function)"'
-)
-# rocprofv3 --output-format json: {"rocprofiler-sdk-tool": [...]} (or an object in some releases).
-_ROCPROFV3_JSON = re.compile(rb'^\{\s*"rocprofiler-sdk-tool"\s*:\s*[\[{]')
-SQLITE_MAGIC = b"SQLite format 3\x00"
-# Every format ``sniff`` can name. The rocprofv3 CSVs are one file per domain (see rocprofv3_csv).
-FORMATS = (
-    "ort_profile",
-    "kineto",
-    "rocprofv3_kernel_csv",
-    "rocprofv3_memcpy_csv",
-    "rocprofv3_api_csv",
-    "rocprofv3_agent_info_csv",
-    "rocprofv3_json",
-    "rocpd",
-    "rocprof_v1_csv",
-    "rocprof_v1_json",
-)
+# Every format ``sniff`` can name (the rocprofv3 CSVs are one file per domain, see rocprofv3_csv).
+FORMATS = TRACE_FORMATS.names
 
 
 def sniff(head: bytes) -> str | None:
     """The format of a trace whose content starts with ``head`` (one of ``FORMATS``), or None."""
-    if head.startswith(SQLITE_MAGIC):
-        return "rocpd" if b"rocpd_" in head else None
-    text = head.lstrip()
-    if text.startswith(b"[") and _ORT_HEAD.match(text):
-        return "ort_profile"
-    if text.startswith(b"{"):
-        if _ROCPROFV3_JSON.match(text):
-            return "rocprofv3_json"
-        if b'"BeginNs"' in head:  # rocprof v1/v2 results.json: a Chrome trace, but not Kineto's
-            return "rocprof_v1_json" if b'"traceEvents"' in head else None
-        if any(k in head for k in _KINETO_KEYS) or (b'"traceEvents"' in head and _KINETO_CATS.search(head)):
-            return "kineto"
-        return None
-    from aaco.agent.sources.traces.rocprof_v1 import sniff_csv as sniff_rocprof_v1_csv
-    from aaco.agent.sources.traces.rocprofv3_csv import sniff_csv as sniff_rocprofv3_csv
-
-    return sniff_rocprofv3_csv(head) or sniff_rocprof_v1_csv(head)
+    return TRACE_FORMATS.sniff(head)
 
 
 def recognise(path: Path) -> tuple[str, os.stat_result]:

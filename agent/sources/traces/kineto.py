@@ -37,12 +37,16 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from aaco.agent.sources.traces.context import TraceContext
+from aaco.agent.sources.traces.files import TraceFile
+from aaco.agent.sources.traces.format import TraceFormat
 from aaco.agent.sources.traces.kineto_process import ProcessInfo
 from aaco.agent.sources.traces.kineto_values import (
     INT_OUT_OF_RANGE,
@@ -56,10 +60,13 @@ from aaco.agent.sources.traces.kineto_values import (
     span_ns,
 )
 from aaco.agent.sources.traces.launches import LaunchTable
+from aaco.agent.sources.traces.limits import TraceLimits
 from aaco.agent.sources.traces.parsed import ParsedTrace
+from aaco.agent.sources.traces.whole import load_whole_json, rechunk
 from aaco.contract.clock import EPOCH_CEIL_NS, EPOCH_FLOOR_NS, ClockOffset
 from aaco.contract.ids import span_id, trace_id
 
+FORMAT = "kineto"
 GPU_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 _ROLES = {
@@ -358,6 +365,38 @@ def parse_kineto(
     iterations = _iterations(ev, clock, host, ctx, skipped)
     pids = tuple(sorted(ev.launch_pids | ({host} if host is not None else set())))
     devices = kineto_devices(doc, set(kernels.column("device").drop_null().unique().to_pylist()))
-    parsed = ParsedTrace("kineto", kernels, iterations, clock, +skipped, pids, devices=devices)
+    parsed = ParsedTrace(FORMAT, kernels, iterations, clock, +skipped, pids, devices=devices)
     parsed.model = ev.procs.model_name(host, parsed.skipped)
     return parsed
+
+
+# Kineto writes schemaVersion/deviceProperties/baseTimeNanoseconds, or at least its own categories.
+_KEYS = (b'"schemaVersion"', b'"deviceProperties"', b'"baseTimeNanoseconds"', b'"distributedInfo"')
+_CATS = re.compile(rb'"cat"\s*:\s*"(cpu_op|cuda_runtime|kernel|gpu_memcpy|gpu_memset|user_annotation|python_function)"')
+
+
+def sniff(head: bytes) -> str | None:
+    """``kineto`` for a JSON object with Kineto's keys or categories (not a rocprof results.json)."""
+    if not head.lstrip().startswith(b"{") or b'"BeginNs"' in head or b'"rocprofiler-sdk-tool"' in head:
+        return None
+    if any(k in head for k in _KEYS) or (b'"traceEvents"' in head and _CATS.search(head)):
+        return FORMAT
+    return None
+
+
+def parse_file(tf: TraceFile, ctx: TraceContext, limits: TraceLimits) -> Iterator[ParsedTrace]:
+    """A Kineto trace file, read whole; it anchors its own clock (else the file's mtime)."""
+    loaded = load_whole_json(tf, limits)
+    parsed = parse_kineto(
+        loaded.doc,
+        node=ctx.node,
+        identity=ctx.identity,
+        run_id=ctx.run_id,
+        model=ctx.model,
+        file_mtime_ns=tf.mtime_ns,
+        source=ctx.source,
+    )
+    yield from rechunk(parsed, ctx, loaded)
+
+
+TRACE_FORMAT = TraceFormat((FORMAT,), sniff, parse_file)

@@ -26,12 +26,17 @@ without its parent a GPU kernel has no launch).
 from __future__ import annotations
 
 import bisect
+import re
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from aaco.agent.sources.traces.context import TraceContext
+from aaco.agent.sources.traces.files import TraceFile
+from aaco.agent.sources.traces.format import TraceFormat
 from aaco.agent.sources.traces.kineto_values import (
     INT_OUT_OF_RANGE,
     TIME_OUT_OF_RANGE,
@@ -42,10 +47,13 @@ from aaco.agent.sources.traces.kineto_values import (
     num,
     opt_int,
 )
+from aaco.agent.sources.traces.limits import TraceLimits
 from aaco.agent.sources.traces.parsed import ParsedTrace
+from aaco.agent.sources.traces.whole import load_whole_json, rechunk
 from aaco.contract.clock import EPOCH_CEIL_NS, EPOCH_FLOOR_NS, ClockOffset
 from aaco.contract.ids import span_id, trace_id
 
+FORMAT = "ort_profile"
 NS = 1000
 CPU_PROVIDER = "CPUExecutionProvider"
 MAX_PROFILE_US = 366 * 86_400 * 10**6  # a year of profiling: beyond it a time is damage
@@ -343,4 +351,34 @@ def parse_ort_profile(
         }
     ).take(pa.array(order))
     pids = tuple(sorted({r[2] for r in kept_runs if r[2] >= 0}))
-    return ParsedTrace("ort_profile", table, iterations, clock, skipped, pids)
+    return ParsedTrace(FORMAT, table, iterations, clock, skipped, pids)
+
+
+# Categories ONNX Runtime writes into its profile (a JSON list of Chrome-trace events).
+_HEAD = re.compile(rb'^\s*\[\s*\{[^\[\]]*"cat"\s*:\s*"(Session|Node|Kernel)"', re.S)
+
+
+def sniff(head: bytes) -> str | None:
+    """``ort_profile`` when ``head`` opens a JSON list whose first event has an ONNX Runtime category."""
+    return FORMAT if _HEAD.match(head.lstrip()) else None
+
+
+def parse_file(tf: TraceFile, ctx: TraceContext, limits: TraceLimits) -> Iterator[ParsedTrace]:
+    """A profile file, anchored so its last event ends at the file's mtime (``file-mtime``)."""
+    loaded = load_whole_json(tf, limits)
+    doc = loaded.doc
+    extent = profile_extent_us(doc) if isinstance(doc, list) else 0
+    clock = ClockOffset(tf.mtime_ns - extent * NS, 10**9, "file-mtime")
+    parsed = parse_ort_profile(
+        doc,
+        clock=clock,
+        node=ctx.node,
+        identity=ctx.identity,
+        run_id=ctx.run_id,
+        model=ctx.model,
+        source=ctx.source,
+    )
+    yield from rechunk(parsed, ctx, loaded)
+
+
+TRACE_FORMAT = TraceFormat((FORMAT,), sniff, parse_file)

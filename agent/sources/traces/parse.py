@@ -1,14 +1,14 @@
 """Parse any recognised trace file: one entry point for ``replay`` and ``trace_dir``.
 
-``parse_any(tf, ctx)`` dispatches on ``tf.format`` (``formats.sniff``) and yields ``ParsedTrace``
-chunks: at most ``trace_common.CHUNK_ROWS`` kernels each, iterations (and the devices, skipped
-counts and bad rows found so far) on the first, so a caller can publish chunk by chunk. Large
-formats stream (rocprofv3 CSV in blocks of lines, rocprofv3 JSON with ijson, rocpd with SQLite
-cursors); ONNX Runtime profiles, Kineto traces and rocprof v1 results.json are read whole. Every
-file is read within ``limits`` (its size checked before reading, gzip streamed and bounded,
-JSON depth bounded), and a damaged JSON document keeps its good events (``json_salvage``). A file
-that cannot be read at all raises ``TraceFormatError``; bad rows inside a readable file are
-skipped, counted and listed on the chunks instead.
+``parse_any(tf, ctx)`` hands ``tf`` to the parse its format registered (``registry``; the format is
+``detect.sniff``'s) and yields ``ParsedTrace`` chunks: at most ``tables.CHUNK_ROWS`` kernels each,
+iterations (and the devices, skipped counts and bad rows found so far) on the first, so a caller can
+publish chunk by chunk. Large formats stream (rocprofv3 CSV in blocks of lines, rocprofv3 JSON with
+ijson, rocpd with SQLite cursors); ONNX Runtime profiles, Kineto traces and rocprof v1 results.json
+are read whole. Every file is read within ``limits`` (its size checked before reading, gzip streamed
+and bounded, JSON depth bounded), and a damaged JSON document keeps its good events
+(``json_salvage``). A file that cannot be read at all raises ``TraceFormatError``; bad rows inside a
+readable file are skipped, counted and listed on the chunks instead.
 
 Then, for every format: CLOCK_BOOTTIME times recorded on another boot are re-anchored
 (``clock_anchor``), and the kernels of a file without iterations get a model (``_model_stamp``).
@@ -33,100 +33,28 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco.agent.sources.traces import rocpd, rocprof_v1, rocprofv3_csv, rocprofv3_json
+from aaco.agent.sources.traces import rocprofv3_csv
 from aaco.agent.sources.traces.clock_anchor import BootClockCheck
 from aaco.agent.sources.traces.context import TraceContext
 from aaco.agent.sources.traces.files import TraceFile
-from aaco.agent.sources.traces.json_salvage import LoadedJson, load_json
-from aaco.agent.sources.traces.kineto import parse_kineto
-from aaco.agent.sources.traces.limits import DEFAULT_MAX_BYTES, TraceLimits, check_size, read_document
-from aaco.agent.sources.traces.ort_profile import parse_ort_profile, profile_extent_us
+from aaco.agent.sources.traces.limits import DEFAULT_MAX_BYTES, TraceLimits, check_size
 from aaco.agent.sources.traces.parsed import ParsedTrace
-from aaco.agent.sources.traces.tables import chunks, const
-from aaco.contract.clock import ClockOffset
+from aaco.agent.sources.traces.registry import TRACE_FORMATS
+from aaco.agent.sources.traces.tables import const
 from aaco.contract.errors import TraceFormatError
 
 # Formats whose files hold iterations only: read them before the kernel traces of the same run.
-ITERATIONS_FIRST = frozenset({rocprofv3_csv.FORMAT_API})
+ITERATIONS_FIRST = TRACE_FORMATS.iterations_first
 # Formats a tail reader can follow while they grow (complete lines, see Rocprofv3CsvDecoder).
-TAILABLE = frozenset({rocprofv3_csv.FORMAT_KERNEL, rocprofv3_csv.FORMAT_MEMCPY})
-
-
-def _json(tf: TraceFile, limits: TraceLimits) -> LoadedJson:
-    """The document, salvaged event by event when damaged (``json_salvage``: the damage is in its bad rows)."""
-    return load_json(read_document(tf.path, limits), tf.path, limits)
+TAILABLE = TRACE_FORMATS.tailable
 
 
 def _parse(tf: TraceFile, ctx: TraceContext, limits: TraceLimits) -> Iterator[ParsedTrace]:
-    fmt = tf.format
-    max_bytes = limits.max_file_bytes if limits.max_file_bytes is not None else DEFAULT_MAX_BYTES
-    if fmt == "ort_profile":
-        loaded = _json(tf, limits)
-        doc = loaded.doc
-        extent = profile_extent_us(doc) if isinstance(doc, list) else 0
-        clock = ClockOffset(tf.mtime_ns - extent * 1000, 10**9, "file-mtime")
-        parsed = parse_ort_profile(
-            doc,
-            clock=clock,
-            node=ctx.node,
-            identity=ctx.identity,
-            run_id=ctx.run_id,
-            model=ctx.model,
-            source=ctx.source,
-        )
-        yield from _rechunk(parsed, ctx, loaded)
-    elif fmt == "kineto":
-        loaded = _json(tf, limits)
-        parsed = parse_kineto(
-            loaded.doc,
-            node=ctx.node,
-            identity=ctx.identity,
-            run_id=ctx.run_id,
-            model=ctx.model,
-            file_mtime_ns=tf.mtime_ns,
-            source=ctx.source,
-        )
-        yield from _rechunk(parsed, ctx, loaded)
-    elif fmt == rocprof_v1.FORMAT_JSON:
-        loaded = _json(tf, limits)
-        for i, part in enumerate(rocprof_v1.parse_results_json(loaded.doc, ctx)):
-            if i == 0:
-                part.skipped.update(loaded.skipped)
-                part.bad_rows.extend(loaded.bad_rows)
-            yield part
-    elif fmt == rocprof_v1.FORMAT_CSV:
-        doc = read_document(tf.path, limits)
-        for i, part in enumerate(rocprof_v1.parse_results_csv(bytes(doc.data), ctx)):
-            if i == 0 and doc.damage is not None:
-                part.skipped["damaged_gzip"] += 1
-            yield part
-    elif fmt in rocprofv3_csv.FORMATS:
-        yield from rocprofv3_csv.parse_csv_file(tf.path, ctx, max_bytes, limits=limits)
-    elif fmt == rocprofv3_json.FORMAT:
-        yield from rocprofv3_json.parse_rocprofv3_json(tf.path, ctx, limits=limits)
-    elif fmt == rocpd.FORMAT:
-        yield from rocpd.parse_rocpd(tf.path, ctx, max_bytes, limits=limits)
-    else:
-        raise TraceFormatError(f"no parser for format {fmt!r}", subject=tf.path)
-
-
-def _rechunk(parsed: ParsedTrace, ctx: TraceContext, loaded: LoadedJson) -> Iterator[ParsedTrace]:
-    """A whole-file result as chunks, keeping its own clock (Kineto and ORT anchor time themselves)."""
-    parts = chunks(
-        parsed.format,
-        ctx,
-        parsed.kernels,
-        parsed.iterations,
-        skipped=parsed.skipped + loaded.skipped,
-        bad_rows=list(parsed.bad_rows) + loaded.bad_rows,
-        pids=parsed.pids,
-        devices=parsed.devices,
-    )
-    for i, part in enumerate(parts):
-        part.clock = parsed.clock
-        if i == 0:
-            part.model, part.anchor_raw_ns = parsed.model, parsed.anchor_raw_ns
-        yield part
+    """The chunks of ``tf`` from its format's own parse (``registry``)."""
+    fmt = TRACE_FORMATS.get(tf.format)
+    if fmt is None:
+        raise TraceFormatError(f"no parser for format {tf.format!r}", subject=tf.path)
+    return fmt.parse(tf, ctx, limits)
 
 
 def _model_stamp(parts: Iterator[ParsedTrace], tf: TraceFile, ctx: TraceContext) -> Iterator[ParsedTrace]:

@@ -54,8 +54,10 @@ import pyarrow as pa
 
 from aaco.agent.sources.traces.context import MAX_NAME_BYTES, TraceContext
 from aaco.agent.sources.traces.devices import Agent, AgentMap
+from aaco.agent.sources.traces.files import TraceFile
+from aaco.agent.sources.traces.format import TraceFormat
 from aaco.agent.sources.traces.launches import LaunchTable
-from aaco.agent.sources.traces.limits import READ_STEP, TraceLimits, open_trace
+from aaco.agent.sources.traces.limits import DEFAULT_MAX_BYTES, READ_STEP, TraceLimits, open_trace
 from aaco.agent.sources.traces.model_names import model_from_command
 from aaco.agent.sources.traces.parsed import ParsedTrace
 from aaco.agent.sources.traces.rocpd_rows import rows_table, small, sql_id, sql_int, sql_u64
@@ -64,6 +66,7 @@ from aaco.agent.sources.traces.rocprofv3_u64 import OUT_OF_RANGE, TimeWindow, in
 from aaco.agent.sources.traces.tables import CHUNK_ROWS, empty_iterations, empty_kernels, iterations_table
 
 FORMAT = "rocpd"
+SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 def _columns(con: sqlite3.Connection, table: str) -> set[str]:
@@ -276,7 +279,7 @@ def _copy_sql(con: sqlite3.Connection) -> str | None:
 def _connect(path: Path, limits: TraceLimits) -> Iterator[sqlite3.Connection]:
     """A read-only connection; a gzip-compressed database is decompressed to a temporary file first.
 
-    Either way the file is checked and read within ``limits`` (``limits``: size on disk,
+    Either way the file is checked and read within ``limits`` (``TraceLimits``: size on disk,
     decompressed size, gzip ratio); past one raises ``TraceLimitError``.
     """
     tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -362,3 +365,17 @@ def parse_rocpd(
             if first:
                 part.model, part.anchor_raw_ns = model, anchor
             yield part
+
+
+def sniff(head: bytes) -> str | None:
+    """``rocpd`` for an SQLite database whose head names rocpd tables."""
+    return FORMAT if head.startswith(SQLITE_MAGIC) and b"rocpd_" in head else None
+
+
+def parse_file(tf: TraceFile, ctx: TraceContext, limits: TraceLimits) -> Iterator[ParsedTrace]:
+    """A rocpd database (``parse_rocpd``)."""
+    max_bytes = limits.max_file_bytes if limits.max_file_bytes is not None else DEFAULT_MAX_BYTES
+    return parse_rocpd(tf.path, ctx, max_bytes, limits=limits)
+
+
+TRACE_FORMAT = TraceFormat((FORMAT,), sniff, parse_file, boottime=True)

@@ -49,6 +49,8 @@ import pyarrow.compute as pc
 
 from aaco.agent.sources.traces.context import MAX_NAME_BYTES, TraceContext
 from aaco.agent.sources.traces.csv_rows import CsvRowReader
+from aaco.agent.sources.traces.files import TraceFile
+from aaco.agent.sources.traces.format import TraceFormat
 from aaco.agent.sources.traces.kineto_values import (
     INT_OUT_OF_RANGE,
     TIME_OUT_OF_RANGE,
@@ -60,9 +62,11 @@ from aaco.agent.sources.traces.kineto_values import (
     need_int,
     opt_int,
 )
+from aaco.agent.sources.traces.limits import TraceLimits, read_document
 from aaco.agent.sources.traces.parsed import ParsedTrace
 from aaco.agent.sources.traces.rocprofv3_csv import MAX_TIME_NS, parse_header
 from aaco.agent.sources.traces.tables import chunks, stamp_kernels
+from aaco.agent.sources.traces.whole import load_whole_json
 from aaco.contract.clock import EPOCH_CEIL_NS, EPOCH_FLOOR_NS, in_epoch_range
 
 FORMAT_CSV = "rocprof_v1_csv"
@@ -392,3 +396,33 @@ _JSON_COLUMNS = (
     "launch_name",
     "bytes",
 )
+
+
+def sniff_json(head: bytes) -> str | None:
+    """``rocprof_v1_json`` for a results.json: a Chrome trace with ``BeginNs`` arguments."""
+    if not head.lstrip().startswith(b"{") or b'"rocprofiler-sdk-tool"' in head:
+        return None
+    return FORMAT_JSON if b'"BeginNs"' in head and b'"traceEvents"' in head else None
+
+
+def parse_json_file(tf: TraceFile, ctx: TraceContext, limits: TraceLimits) -> Iterator[ParsedTrace]:
+    """A results.json, read whole; a damaged document keeps its good events (counted on the first chunk)."""
+    loaded = load_whole_json(tf, limits)
+    for i, part in enumerate(parse_results_json(loaded.doc, ctx)):
+        if i == 0:
+            part.skipped.update(loaded.skipped)
+            part.bad_rows.extend(loaded.bad_rows)
+        yield part
+
+
+def parse_csv_file(tf: TraceFile, ctx: TraceContext, limits: TraceLimits) -> Iterator[ParsedTrace]:
+    """A results.csv, read whole; a damaged gzip keeps the rows before the damage (``damaged_gzip``)."""
+    doc = read_document(tf.path, limits)
+    for i, part in enumerate(parse_results_csv(bytes(doc.data), ctx)):
+        if i == 0 and doc.damage is not None:
+            part.skipped["damaged_gzip"] += 1
+        yield part
+
+
+CSV_FORMAT = TraceFormat((FORMAT_CSV,), sniff_csv, parse_csv_file, boottime=True)
+JSON_FORMAT = TraceFormat((FORMAT_JSON,), sniff_json, parse_json_file, boottime=True)

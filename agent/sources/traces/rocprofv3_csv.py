@@ -70,6 +70,8 @@ import pyarrow.compute as pc
 from aaco.agent.sources.traces.context import MAX_NAME_BYTES, BadRow, TraceContext
 from aaco.agent.sources.traces.csv_rows import CsvRowReader
 from aaco.agent.sources.traces.devices import AgentMap
+from aaco.agent.sources.traces.files import TraceFile
+from aaco.agent.sources.traces.format import TraceFormat
 from aaco.agent.sources.traces.launches import LaunchTable
 from aaco.agent.sources.traces.limits import DEFAULT_MAX_BYTES, GZIP_MAGIC, TraceLimits, open_trace
 from aaco.agent.sources.traces.parsed import ParsedTrace
@@ -344,7 +346,7 @@ def parse_csv_file(
 ) -> Iterator[ParsedTrace]:
     """Parse a whole rocprofv3 kernel, memory-copy, API or agent CSV (with its companions) in chunks.
 
-    Every file is read within ``limits`` (``limits``; None: the defaults), ``max_bytes`` (when
+    Every file is read within ``limits`` (``TraceLimits``; None: the defaults), ``max_bytes`` (when
     given) as its ``max_file_bytes``: past a limit raises ``TraceLimitError``, rows before it yielded.
     """
     limits = limits or TraceLimits()
@@ -388,3 +390,19 @@ def parse_csv_file(
             if first:
                 part.anchor_raw_ns, first = anchor, False
             yield part
+
+
+def parse_file(tf: TraceFile, ctx: TraceContext, limits: TraceLimits) -> Iterator[ParsedTrace]:
+    """A rocprofv3 CSV of any domain, with its companions (``parse_csv_file``)."""
+    max_bytes = limits.max_file_bytes if limits.max_file_bytes is not None else DEFAULT_MAX_BYTES
+    return parse_csv_file(tf.path, ctx, max_bytes, limits=limits)
+
+
+TRACE_FORMAT = TraceFormat(
+    FORMATS,
+    sniff_csv,
+    parse_file,
+    boottime=True,
+    iterations_first=frozenset({FORMAT_API}),
+    tailable=frozenset({FORMAT_KERNEL, FORMAT_MEMCPY}),
+)

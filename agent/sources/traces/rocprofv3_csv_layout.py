@@ -112,7 +112,7 @@ def companions(path: Path) -> dict[str, Path]:
 def read_bytes(path: Path, max_bytes: int, limits: TraceLimits | None = None) -> bytes:
     """At most ``max_bytes`` of the (decompressed) content of ``path``; of a damaged gzip, what precedes the damage.
 
-    Read within ``limits`` (``limits``; None: the defaults), a step at a time (``read1``):
+    Read within ``limits`` (``TraceLimits``; None: the defaults), a step at a time (``read1``):
     ``read(n)`` would drop everything with the error.
     """
     parts: list[bytes] = []

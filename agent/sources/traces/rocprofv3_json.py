@@ -53,6 +53,7 @@ host API records (pass 1 has them; the GPU records come in pass 2, after the fir
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,6 +65,8 @@ import pyarrow.compute as pc
 
 from aaco.agent.sources.traces.context import BadRow, TraceContext
 from aaco.agent.sources.traces.devices import AgentMap
+from aaco.agent.sources.traces.files import TraceFile
+from aaco.agent.sources.traces.format import TraceFormat
 from aaco.agent.sources.traces.limits import TraceLimits, open_trace
 from aaco.agent.sources.traces.parsed import ParsedTrace
 from aaco.agent.sources.traces.rocprofv3_json_meta import PARSE_ERRORS, Process, Walker, iterations, read_metadata
@@ -207,7 +210,7 @@ def _ones(mask: np.ndarray | None, n: int) -> np.ndarray:
 def parse_rocprofv3_json(path: Path, ctx: TraceContext, *, limits: TraceLimits | None = None) -> Iterator[ParsedTrace]:
     """Stream a rocprofv3 JSON file as ``ParsedTrace`` chunks (iterations, devices, model, anchor on the first).
 
-    Both passes read within ``limits`` (``limits``; None: the defaults): a file or content past
+    Both passes read within ``limits`` (``TraceLimits``; None: the defaults): a file or content past
     ``max_file_bytes`` or a gzip bomb raises ``TraceLimitError``; nesting past ``max_json_depth`` ends
     the records there, counted ``json_too_deep``.
     """
@@ -277,3 +280,20 @@ def _position(fh: NumberGuard | IO[bytes]) -> int:
         return int(fh.tell())
     except (OSError, ValueError):
         return -1
+
+
+# rocprofv3 --output-format json: {"rocprofiler-sdk-tool": [...]} (or an object in some releases).
+_HEAD = re.compile(rb'^\{\s*"rocprofiler-sdk-tool"\s*:\s*[\[{]')
+
+
+def sniff(head: bytes) -> str | None:
+    """``rocprofv3_json`` for a JSON object that opens with ``rocprofiler-sdk-tool``."""
+    return FORMAT if _HEAD.match(head.lstrip()) else None
+
+
+def parse_file(tf: TraceFile, ctx: TraceContext, limits: TraceLimits) -> Iterator[ParsedTrace]:
+    """A rocprofv3 JSON file, streamed (``parse_rocprofv3_json``)."""
+    return parse_rocprofv3_json(tf.path, ctx, limits=limits)
+
+
+TRACE_FORMAT = TraceFormat((FORMAT,), sniff, parse_file, boottime=True)

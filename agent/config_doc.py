@@ -15,7 +15,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import to_jsonable_python
 
 from aaco.agent.config import AgentConfig
-from aaco.agent.sources import REGISTRY
+from aaco.agent.sources import SOURCES
 
 HEADER = """\
 # AACO agent configuration: every key, its default and what it does.
@@ -94,7 +94,7 @@ def render_sources(indent: int) -> list[str]:
     """Every registered source type with its fields; the embedded default (``ort``) active, others commented."""
     pad = " " * indent
     lines: list[str] = []
-    for i, (kind, (cfg_cls, _)) in enumerate(REGISTRY.items()):
+    for i, (kind, cfg_cls) in enumerate((reg.kind, reg.config) for reg in SOURCES):
         given = EXAMPLES.get(kind, {})
         missing = {n: "<required>" for n, f in cfg_cls.model_fields.items() if f.is_required() and n not in given}
         instance = cfg_cls.model_construct(**{**given, **missing}) if missing else cfg_cls(**given)

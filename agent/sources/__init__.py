@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from aaco.agent.sources import capture, replay, smi, trace_dir
+from aaco.agent.sources.base import Source
 from aaco.agent.sources.ort import source as ort
 from aaco.agent.sources.sched import source as sched
+from aaco.contract.component import Registry
 
-# type -> (config model, factory). The config union in aaco.agent.config is built from this table.
-REGISTRY: dict[str, tuple[type[Any], Callable[[Any, str], Any]]] = {
-    "capture": (capture.CaptureConfig, capture.create),
-    "ort": (ort.OrtSourceConfig, ort.create),
-    "replay": (replay.ReplaySourceConfig, replay.create),
-    "sched": (sched.SchedSourceConfig, sched.create),
-    "smi": (smi.SmiSourceConfig, smi.create),
-    "trace_dir": (trace_dir.TraceDirConfig, trace_dir.create),
-}
+# type -> (config model, factory). The config union in aaco.agent.config is built from this registry.
+SOURCES = Registry[Source]("source")
+SOURCES.register("capture", capture.CaptureConfig, capture.create)
+SOURCES.register("ort", ort.OrtSourceConfig, ort.create)
+SOURCES.register("replay", replay.ReplaySourceConfig, replay.create)
+SOURCES.register("sched", sched.SchedSourceConfig, sched.create)
+SOURCES.register("smi", smi.SmiSourceConfig, smi.create)
+SOURCES.register("trace_dir", trace_dir.TraceDirConfig, trace_dir.create)

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from aaco.agent.config import AgentConfig, check_files, load_config
-from aaco.agent.sources import REGISTRY
+from aaco.agent.sources import SOURCES
 from tests.support.helm_chart import (
     ALL_SCENARIOS,
     CHART_DIR,
@@ -211,7 +211,7 @@ def test_rendered_config_validates_with_the_agent(scenario: Path | None, tmp_pat
     path = _write(rendered.config_text(), tmp_path)
     config = load_config(path, env={}, check_paths=False)  # the shape: every key, type and source
     for src in config.sources:
-        assert src.type in REGISTRY
+        assert src.type in SOURCES
     # Files the config names exist only inside the container (host mounts, the spool): those are
     # the only path problems allowed; with none, the real `aaco config check` must pass as is.
     container_roots = [

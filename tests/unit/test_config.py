@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from aaco.agent.config import AgentConfig, load_config, source_names
-from aaco.agent.sources import REGISTRY
+from aaco.agent.sources import SOURCES
 from aaco.agent.sources.ort.source import OrtSourceConfig
 from aaco.agent.sources.replay import ReplaySourceConfig
 from aaco.contract.errors import ConfigError
@@ -133,12 +133,12 @@ def test_unknown_key_in_a_source_lists_that_source_type_keys():
 
 def test_unknown_source_type():
     probs = problems(overrides={"sources": [{"type": "ort"}, {"type": "rocprofv9"}]})
-    assert probs == [f"sources[1].type: unknown source type 'rocprofv9' (known: {', '.join(REGISTRY)})"]
+    assert probs == [f"sources[1].type: unknown source type 'rocprofv9' (known: {', '.join(SOURCES.kinds())})"]
 
 
 def test_missing_source_type():
     probs = problems(overrides={"sources": [{"paths": ["x"]}]})
-    assert probs == [f"sources[0]: missing 'type' (one of: {', '.join(REGISTRY)})"]
+    assert probs == [f"sources[0]: missing 'type' (one of: {', '.join(SOURCES.kinds())})"]
 
 
 def test_source_not_a_mapping():

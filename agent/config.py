@@ -34,6 +34,7 @@ from pydantic import (
 from aaco.agent.admin import AdminConfig
 from aaco.agent.receivers.config import OtlpReceiverConfig
 from aaco.agent.sources import REGISTRY
+from aaco.analyzers.registry import AnalyzersConfig
 from aaco.contract.config_base import StrictModel
 from aaco.contract.errors import ConfigError
 from aaco.exporters.lake import LakeConfig
@@ -60,32 +61,6 @@ class ReceiversConfig(StrictModel):
     """Inbound protocols."""
 
     otlp: OtlpReceiverConfig = Field(default_factory=OtlpReceiverConfig, description="OTLP receiver.")
-
-
-class LatencyAnalyzerConfig(StrictModel):
-    """Iteration latency statistics."""
-
-    window: PositiveInt = Field(10_000, description="Recent iterations the quantiles are computed over.")
-
-
-class LaunchAnalyzerConfig(StrictModel):
-    """Launch tax and HTA's launch measures."""
-
-    microkernel_threshold_us: PositiveFloat = Field(10.0, description="Kernels shorter than this are microkernels.")
-    runtime_outlier_us: PositiveFloat = Field(
-        50.0, description="Launch calls longer than this are runtime outliers (HTA runtime_cutoff)."
-    )
-    delay_outlier_us: PositiveFloat = Field(
-        100.0, description="Launch delays longer than this are outliers (HTA launch_delay_cutoff)."
-    )
-
-
-class AnalyzersConfig(StrictModel):
-    """Analyzer settings."""
-
-    latency: LatencyAnalyzerConfig = Field(default_factory=LatencyAnalyzerConfig, description="Latency.")
-    launch: LaunchAnalyzerConfig = Field(default_factory=LaunchAnalyzerConfig, description="Launch tax.")
-    max_models: PositiveInt = Field(256, description="Models tracked at once (bounds label sets).")
 
 
 class PipelineConfig(StrictModel):

@@ -39,17 +39,8 @@ from aaco.agent.sources import REGISTRY
 from aaco.agent.sources.base import Journal, NullProgress, Problem, Progress, Source, SourceContext
 from aaco.agent.sources.capture import CaptureConfig
 from aaco.agent.sources.supervise import Supervisor
-from aaco.analyzers.activity import ActivityAnalyzer
 from aaco.analyzers.base import Analyzer
-from aaco.analyzers.bottleneck import BottleneckAnalyzer
-from aaco.analyzers.drift_analyzer import DriftAnalyzer
-from aaco.analyzers.families import FamiliesAnalyzer
-from aaco.analyzers.kar import KarAnalyzer
-from aaco.analyzers.latency import LatencyAnalyzer
-from aaco.analyzers.launch import LaunchAnalyzer
-from aaco.analyzers.sched import SchedAnalyzer
-from aaco.analyzers.telemetry import TelemetryAnalyzer
-from aaco.analyzers.throttle import ThrottleAnalyzer
+from aaco.analyzers.registry import AgentHints, build
 from aaco.contract.budget import ByteBudget
 from aaco.contract.errors import AacoError
 from aaco.contract.ledger import Ledger
@@ -83,26 +74,20 @@ class _Running:
     supervisor: Supervisor  # its ``ended`` is set as the thread ends (before it wakes the main thread)
 
 
+def analyzer_hints(config: AgentConfig) -> AgentHints:
+    """What the analyzers need to know of the sources: smi compatibility names and interval, sched bound."""
+    smi = [(name, src) for name, src in zip(source_names(config), config.sources, strict=True) if src.type == "smi"]
+    sched = [src.max_workloads for src in config.sources if src.type == "sched"]
+    return AgentHints(
+        smi_compat={name: src.compat for name, src in smi if src.compat != "off"},
+        smi_interval_s=max((src.interval_s for _, src in smi), default=1.0),
+        sched_max_workloads=max(sched, default=64),
+    )
+
+
 def build_analyzers(config: AgentConfig) -> list[Analyzer]:
-    """The analyzers, configured."""
-    a = config.analyzers
-    return [
-        LatencyAnalyzer(window=a.latency.window, max_models=a.max_models),
-        KarAnalyzer(max_models=a.max_models),
-        LaunchAnalyzer(
-            microkernel_threshold_us=a.launch.microkernel_threshold_us,
-            max_groups=a.max_models,
-            runtime_outlier_us=a.launch.runtime_outlier_us,
-            delay_outlier_us=a.launch.delay_outlier_us,
-        ),
-        ActivityAnalyzer(),
-        FamiliesAnalyzer(max_models=a.max_models),
-        TelemetryAnalyzer.from_config(config),
-        SchedAnalyzer.from_agent_config(config),
-        DriftAnalyzer(max_models=a.max_models),
-        ThrottleAnalyzer(max_models=a.max_models),
-        BottleneckAnalyzer(max_models=a.max_models),
-    ]
+    """The registered analyzers, configured from ``analyzers`` and the sources (aaco.analyzers.registry)."""
+    return build(config.analyzers, analyzer_hints(config))
 
 
 class AgentService:

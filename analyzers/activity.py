@@ -18,9 +18,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow.compute as pc
+from pydantic import Field, PositiveInt
 
 from aaco.analyzers.base import Analyzer
 from aaco.analyzers.grouping import group
+from aaco.contract.config_base import StrictModel
 from aaco.contract.schemas import EventBatch
 from aaco.contract.signals import MetricPoint, PointBuilder, define
 
@@ -88,6 +90,12 @@ class ActivityResult:
             for state in ("compute", "noncompute", "idle"):
                 pb.add(TIME_RATIO, w[f"{state}_ratio"], node=node, gpu=device, state=state)
         return pb.points
+
+
+class ActivitySettings(StrictModel):
+    """Device busy time per capture window."""
+
+    max_windows: PositiveInt = Field(256, description="Capture windows tracked at once (the oldest are forgotten).")
 
 
 class ActivityAnalyzer(Analyzer):

@@ -25,18 +25,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from aaco.analyzers.stats import evenly_spaced, percentiles
 from aaco.contract.kernels import FAMILIES, families
 
 FORMAT: Final = "aaco-baseline/1"
 MAX_SAMPLES: Final = 10_000
 MICROKERNEL_NS: Final = 10_000
-
-
-def latency_samples(latency_s: np.ndarray, cap: int = MAX_SAMPLES) -> np.ndarray:
-    """All samples up to ``cap``, else ``cap`` evenly spaced ones (deterministic, spread over the run)."""
-    if latency_s.size <= cap:
-        return latency_s
-    return latency_s[np.linspace(0, latency_s.size - 1, cap).round().astype(np.int64)]
 
 
 def union_per_group(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> int:
@@ -72,8 +66,8 @@ def model_profile(iterations: pa.Table, kernels: pa.Table, model: str) -> dict[s
     prof: dict[str, Any] = {
         "iterations": n,
         "nodes": sorted(set(it["node"].to_pylist())),
-        "latency_s": latency_samples(lat).tolist(),
-        "latency": _quantiles(lat),
+        "latency_s": evenly_spaced(lat, MAX_SAMPLES).tolist(),
+        "latency": _latency_summary(lat),
     }
     traces = pc.unique(it["trace_id"].drop_null())
     mine = pc.equal(pc.fill_null(kernels["model"], "unknown"), model)
@@ -109,13 +103,11 @@ def model_profile(iterations: pa.Table, kernels: pa.Table, model: str) -> dict[s
     return prof
 
 
-def _quantiles(lat: np.ndarray) -> dict[str, float | None]:
-    if lat.size == 0:
-        return {"p50_s": None, "p95_s": None, "p99_s": None, "mean_s": None}
-    p50, p95, p99 = np.percentile(lat, [50, 95, 99])
-    return {"p50_s": float(p50), "p95_s": float(p95), "p99_s": float(p99), "mean_s": float(lat.mean())}
-
-
 def models_of(iterations: pa.Table) -> list[str]:
     """The models that have iterations (the only ones with latency to compare)."""
     return sorted({m or "unknown" for m in iterations["model"].to_pylist()})
+
+
+def _latency_summary(lat: np.ndarray) -> dict[str, float | None]:
+    p50, p95, p99 = percentiles(lat, (50, 95, 99))
+    return {"p50_s": p50, "p95_s": p95, "p99_s": p99, "mean_s": float(lat.mean()) if lat.size else None}

@@ -27,10 +27,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow.compute as pc
+from pydantic import Field, PositiveInt
 
 from aaco.analyzers.base import DerivedAnalyzer, ratio
 from aaco.analyzers.bottleneck_rules import CLASSES, UNKNOWN, Classification, classify
 from aaco.analyzers.grouping import group
+from aaco.contract.config_base import StrictModel
 from aaco.contract.schemas import EventBatch
 from aaco.contract.signals import MetricPoint, PointBuilder, define
 from aaco.contract.snapshot import AnalyzerResult, Finding
@@ -107,6 +109,17 @@ class BottleneckResult:
                 )
             pb.add(BOTTLENECK_CONFIDENCE, c.confidence, node=node, model=model)
         return pb.points
+
+
+class BottleneckSettings(StrictModel):
+    """Bottleneck class per model, from the other analyzers' results."""
+
+    max_windows: PositiveInt = Field(256, description="Capture windows remembered per model.")
+    max_devices: PositiveInt = Field(64, description="GPUs remembered per model.")
+    max_pids: PositiveInt = Field(64, description="Processes remembered per model.")
+    min_finding_confidence: float = Field(
+        0.4, ge=0.0, le=1.0, description="A class change is reported from this confidence on."
+    )
 
 
 class BottleneckAnalyzer(DerivedAnalyzer):

@@ -32,15 +32,17 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from aaco.analyzers.base import Analyzer
 from aaco.analyzers.drift import DETECTORS, ChangePoint
 from aaco.analyzers.grouping import group
+from aaco.contract.config_base import StrictModel
 from aaco.contract.schemas import EventBatch
 from aaco.contract.signals import MetricPoint, PointBuilder, define
 from aaco.contract.snapshot import Finding
@@ -129,6 +131,27 @@ class DriftResult:
         for reason in DROP_REASONS:
             pb.add(DRIFT_DROPPED, float(self.dropped.get(reason, 0)), reason=reason)
         return pb.points
+
+
+class DriftSettings(StrictModel):
+    """Change points in each model's iteration latency, kernels and kernel time per iteration."""
+
+    detector: Literal["cusum", "ewma"] = Field("cusum", description="The chart (docs/drift.md).")
+    detector_options: dict[str, int | float] = Field(
+        default_factory=dict,
+        description="The chart's parameters (cusum: k, h; ewma: lam, L; both: warmup, window, lag, refresh, "
+        "clip, min_rel_scale); unset ones keep their defaults.",
+    )
+    hold_s: PositiveFloat = Field(300.0, description="An iteration's kernels are awaited this long (data time).")
+    max_open_iterations: PositiveInt = Field(4096, description="Iterations awaiting their kernels at most.")
+
+    @model_validator(mode="after")
+    def _detector_takes_the_options(self) -> DriftSettings:
+        try:
+            DETECTORS[self.detector](**self.detector_options)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"detector_options for {self.detector}: {e}") from None
+        return self
 
 
 class DriftAnalyzer(Analyzer):

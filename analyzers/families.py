@@ -18,9 +18,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import Field, PositiveInt
 
 from aaco.analyzers.base import Analyzer, ratio
 from aaco.analyzers.grouping import group
+from aaco.contract.config_base import StrictModel
 from aaco.contract.kernels import FAMILIES, families
 from aaco.contract.schemas import EventBatch
 from aaco.contract.signals import MetricPoint, PointBuilder, define
@@ -78,6 +80,13 @@ class FamiliesResult:
                 if v["per_iteration_s"] is not None:
                     pb.add(FAMILY_PER_ITERATION, v["per_iteration_s"], node=node, model=model, family=fam)
         return pb.points
+
+
+class FamiliesSettings(StrictModel):
+    """Kernel time per family and per kernel name."""
+
+    max_names: PositiveInt = Field(2000, description="Kernel names tracked per model (further ones are summed).")
+    top: PositiveInt = Field(10, description="Kernel names listed per model in the snapshot.")
 
 
 class FamiliesAnalyzer(Analyzer):

@@ -1,7 +1,7 @@
 """Kernel amplification ratio (KAR): kernels launched per iteration over the model's graph nodes that run.
 
 ``KAR = (kernels in iterations of the model / iterations of the model) / running graph nodes``. The
-running nodes (``agent.sources.onnx_graph``, rule in docs/kar.md) are the nodes of the model, subgraphs
+running nodes (``agent.sources.ort.onnx_graph``, rule in docs/kar.md) are the nodes of the model, subgraphs
 included, less those ONNX Runtime folds at load (constant folding), which launch no work. The
 source that knows the model carries them on the iteration rows as ``graph_nodes`` (the ``ort``
 source counts them so). Only ``kind == "kernel"`` events count (copies and memsets are not launches
@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from aaco.analyzers.base import Analyzer, ratio
 from aaco.analyzers.grouping import group
+from aaco.contract.config_base import StrictModel
 from aaco.contract.schemas import EventBatch
 from aaco.contract.signals import MetricPoint, PointBuilder, define
 
@@ -98,6 +99,10 @@ class KarResult:
             if m["graph_nodes"]:
                 pb.add(GRAPH_NODES, m["graph_nodes"], node=node, model=model)
         return pb.points
+
+
+class KarSettings(StrictModel):
+    """Kernels per iteration (KAR): no settings of its own (analyzers.max_models bounds it)."""
 
 
 class KarAnalyzer(Analyzer):

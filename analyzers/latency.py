@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from pydantic import Field, PositiveInt
 
 from aaco.analyzers.base import Analyzer
+from aaco.contract.config_base import StrictModel
 from aaco.contract.schemas import EventBatch
 from aaco.contract.signals import LATENCY_BUCKETS, HistogramValue, MetricPoint, PointBuilder, define
 
@@ -69,6 +71,12 @@ class LatencyResult:
             if tput is not None:
                 pb.add(THROUGHPUT, tput, node=node, model=model)
         return pb.points
+
+
+class LatencySettings(StrictModel):
+    """Iteration latency statistics."""
+
+    window: PositiveInt = Field(10_000, description="Recent iterations the quantiles are computed over.")
 
 
 class LatencyAnalyzer(Analyzer):

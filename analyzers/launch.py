@@ -21,10 +21,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import Field, PositiveFloat, PositiveInt
 
 from aaco.analyzers.base import Analyzer, ratio
 from aaco.analyzers.grouping import group
 from aaco.analyzers.launch_overhead import LaunchOverhead
+from aaco.contract.config_base import StrictModel
 from aaco.contract.schemas import EventBatch
 from aaco.contract.signals import MetricPoint, PointBuilder, define
 
@@ -109,6 +111,19 @@ class LaunchResult:
             if g["microkernel_pct"] is not None:
                 pb.add(MICROKERNEL_RATIO, g["microkernel_pct"], node=node, model=model)
         return [*pb.points, *self.overhead_points]
+
+
+class LaunchSettings(StrictModel):
+    """Launch tax and HTA's launch measures."""
+
+    microkernel_threshold_us: PositiveFloat = Field(10.0, description="Kernels shorter than this are microkernels.")
+    runtime_outlier_us: PositiveFloat = Field(
+        50.0, description="Launch calls longer than this are runtime outliers (HTA runtime_cutoff)."
+    )
+    delay_outlier_us: PositiveFloat = Field(
+        100.0, description="Launch delays longer than this are outliers (HTA launch_delay_cutoff)."
+    )
+    max_runs: PositiveInt = Field(1024, description="Runs (capture windows) tracked per model for wall time.")
 
 
 class LaunchAnalyzer(Analyzer):

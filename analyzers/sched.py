@@ -31,8 +31,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pydantic import Field, PositiveFloat, PositiveInt
 
 from aaco.analyzers.base import Analyzer
+from aaco.analyzers.stats import log2_quantile
+from aaco.contract.config_base import StrictModel
 from aaco.contract.sched import (
     EXITED,
     FAULT_OFFCPU,
@@ -141,22 +144,6 @@ def fault_penalty_index(
     return faults / (interval_ns / 1e9) * weight
 
 
-def log2_quantile(slots: np.ndarray, q: float) -> float | None:
-    """Quantile ``q`` (seconds) of a log2 histogram (slot k: [2**k, 2**(k+1)) ns), linear within a slot."""
-    total = float(slots.sum())
-    if total <= 0:
-        return None
-    target = q * total
-    cum = np.cumsum(slots)
-    k = int(np.searchsorted(cum, target, side="left"))
-    k = min(k, slots.size - 1)
-    before = float(cum[k - 1]) if k else 0.0
-    lo = 0.0 if k == 0 else float(1 << k)
-    hi = float(1 << (k + 1))
-    frac = (target - before) / float(slots[k]) if slots[k] else 1.0
-    return (lo + (hi - lo) * min(1.0, max(0.0, frac))) / 1e9
-
-
 @dataclass
 class _Workload:
     node: str
@@ -250,6 +237,14 @@ class SchedResult:
         return pb.points
 
 
+class SchedSettings(StrictModel):
+    """Scheduler interference per process (labelled processes: the sched sources' max_workloads)."""
+
+    retain_s: PositiveFloat = Field(60.0, description="An exited process keeps its labels this long (data time).")
+    stale_s: PositiveFloat = Field(600.0, description="A process silent this long is summed into 'other'.")
+    max_folded: PositiveInt = Field(65_536, description="Processes remembered as summed into 'other'.")
+
+
 class SchedAnalyzer(Analyzer):
     """Streams ``sched`` rows into per-process totals and per-interval indices (bounded label sets)."""
 
@@ -267,12 +262,6 @@ class SchedAnalyzer(Analyzer):
         self._other: dict[str, _Workload] = {}
         self._folded: OrderedDict[tuple[str, int], None] = OrderedDict()
         self._latest_ts = 0
-
-    @classmethod
-    def from_agent_config(cls, config: Any) -> SchedAnalyzer:
-        """Sized from the agent's ``sched`` sources (their ``max_workloads``; 64 when there are none)."""
-        sizes = [s.max_workloads for s in getattr(config, "sources", []) if getattr(s, "type", None) == "sched"]
-        return cls(max_workloads=max(sizes, default=64))
 
     # -- folding in ---------------------------------------------------------------------------------
 

@@ -24,14 +24,17 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import pyarrow as pa
+from pydantic import Field, PositiveFloat, PositiveInt
 
 from aaco.analyzers.base import Analyzer
+from aaco.analyzers.layout import LayoutCache
 from aaco.analyzers.telemetry_compat import compat_points
+from aaco.analyzers.telemetry_series import BASE_LABELS, Series
 from aaco.contract import telemetry as m
+from aaco.contract.config_base import StrictModel
 from aaco.contract.schemas import EventBatch
 from aaco.contract.signals import MetricDef, MetricPoint, define
 
-BASE_LABELS: Final = ("node", "gpu", "gpu_uuid", "model", "pod", "namespace", "container")
 # The columns that say which series a row is (and its labels); the rest are its value and time.
 _LAYOUT_COLUMNS: Final = ("node", "device", "metric", "gpu_uuid", "source", "attributes")
 
@@ -130,25 +133,6 @@ DEFINITIONS: Final[dict[str, MetricDef]] = {
 }
 
 
-@dataclass(slots=True)
-class Series:
-    """The latest reading of one series."""
-
-    metric: str
-    attr: str  # the value of the metric's series attribute ("" when it has none)
-    labels: dict[str, str]  # BASE_LABELS
-    value: float
-    ts_ns: int
-    source: str
-    vendor: str
-    pci_bus: str
-
-    def labels_for(self, metric: MetricDef) -> dict[str, str]:
-        """Labels of this series under ``metric`` (the base labels plus its series attribute)."""
-        extra = {k: self.attr for k in metric.labels if k not in self.labels}
-        return {**self.labels, **extra}
-
-
 @dataclass(frozen=True)
 class TelemetryResult:
     """The latest value of every series, and what was dropped."""
@@ -188,6 +172,16 @@ class TelemetryResult:
         return out
 
 
+class TelemetrySettings(StrictModel):
+    """The latest reading of every GPU telemetry series."""
+
+    max_series: PositiveInt = Field(10_000, description="Series kept at once (further ones are dropped, counted).")
+    stale_after_s: PositiveFloat = Field(
+        300.0,
+        description="Series not updated for this long (data time) are forgotten; at least 10 smi intervals.",
+    )
+
+
 class TelemetryAnalyzer(Analyzer):
     """Keeps the latest value of every GPU telemetry series (bounded, with a drop counter)."""
 
@@ -205,29 +199,16 @@ class TelemetryAnalyzer(Analyzer):
         self._newest = 0
         # The last batch's identity columns and each row's series key (None: a metric not known):
         # a source sends the same rows sample after sample, so a batch that matches only moves values.
-        self._layout: tuple[str, pa.RecordBatch, list[tuple[str, ...] | None]] | None = None
-
-    @classmethod
-    def from_config(cls, config: Any) -> TelemetryAnalyzer:
-        """The analyzer for an agent configuration: compatibility names as each ``smi`` source asks."""
-        from aaco.agent.config import source_names
-
-        compat = {
-            name: src.compat
-            for name, src in zip(source_names(config), config.sources, strict=True)
-            if getattr(src, "type", "") == "smi" and src.compat != "off"
-        }
-        slowest = max((src.interval_s for src in config.sources if getattr(src, "type", "") == "smi"), default=1.0)
-        return cls(stale_after_s=max(300.0, 10 * slowest), compat=compat)
+        self._layout: LayoutCache[list[tuple[str, ...] | None]] = LayoutCache(_LAYOUT_COLUMNS)
 
     def update(self, item: EventBatch) -> None:
         """Fold a telemetry batch in: the latest row of each series wins."""
         b = item.batch
         if b.num_rows == 0:
             return
-        layout = b.select(_LAYOUT_COLUMNS)
-        last = self._layout
-        if last is None or last[0] != item.source or not last[1].equals(layout) or not self._move(b, last[2]):
+        layout = self._layout.layout(b)
+        keys = self._layout.get(layout, item.source)
+        if keys is None or not self._move(b, keys):
             self._fold(b, item.source, layout)
         horizon = self._newest - self.stale_after_ns
         stale = [k for k, s in self._series.items() if s.ts_ns < horizon]
@@ -294,7 +275,10 @@ class TelemetryAnalyzer(Analyzer):
             )
             self._newest = max(self._newest, ts)
         # A batch with rows over the series cap is folded in full every time (its drops are counted).
-        self._layout = (item_source, layout, keys) if complete else None
+        if complete:
+            self._layout.put(layout, keys, item_source)
+        else:
+            self._layout.clear()
 
     def snapshot(self) -> TelemetryResult:
         """The latest values (an immutable copy)."""

@@ -24,13 +24,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
+from aaco.analyzers.telemetry_series import Series
 from aaco.contract import telemetry as m
 from aaco.contract.signals import MetricDef, MetricPoint
-
-if TYPE_CHECKING:
-    from aaco.analyzers.telemetry import Series
 
 AMD_LABELS: Final = ("gpu_id", "gpu_uuid", "card_model", "hostname", "pod", "namespace", "container")
 DCGM_LABELS: Final = ("gpu", "UUID", "device", "modelName", "Hostname", "pci_bus_id", "pod", "namespace", "container")

@@ -54,7 +54,8 @@ import numpy as np
 import ruptures as rpt
 from ruptures.metrics import precision_recall
 
-from aaco.analyzers.drift import DETECTORS, matched_interval
+from aaco.analyzers.drift import DETECTORS
+from aaco.analyzers.drift_baseline import matched_interval
 
 LEVEL = 100.0
 SD = 5.0

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aaco.analyzers.drift import DETECTORS, Baseline, ChangePoint, Cusum, Ewma, matched_interval, siegmund_arl
+from aaco.analyzers.drift import DETECTORS, ChangePoint, Cusum, Ewma
 from aaco.analyzers.drift_analyzer import DriftAnalyzer
+from aaco.analyzers.drift_baseline import Baseline, matched_interval, siegmund_arl
 from aaco.contract.ids import trace_id
 from aaco.contract.schemas import conform
 

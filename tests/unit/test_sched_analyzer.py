@@ -16,8 +16,8 @@ from aaco.analyzers.sched import (
     SchedAnalyzer,
     fault_penalty_index,
     interference_index,
-    log2_quantile,
 )
+from aaco.analyzers.stats import log2_quantile
 from aaco.contract import sched as rows
 from aaco.contract.schemas import EventBatch, conform
 from aaco.contract.signals import HistogramValue
@@ -217,12 +217,16 @@ def test_nodes_are_kept_apart_and_empty_batches_ignored():
     assert not math.isnan(doc["workloads"][0]["interference_ratio"])
 
 
-def test_from_agent_config_takes_the_sched_sources_bound():
+def test_the_agent_builds_it_with_the_sched_sources_bound():
     from aaco.agent.config import load_config
+    from aaco.agent.service import build_analyzers
 
-    cfg = load_config(None, {"sources": [{"type": "sched", "max_workloads": 7, "backend": "proc"}]}, env={})
-    assert SchedAnalyzer.from_agent_config(cfg).max_workloads == 7
-    assert SchedAnalyzer.from_agent_config(load_config(None, {}, env={})).max_workloads == 64
+    def built(overrides: dict) -> SchedAnalyzer:
+        (a,) = [x for x in build_analyzers(load_config(None, overrides, env={})) if isinstance(x, SchedAnalyzer)]
+        return a
+
+    assert built({"sources": [{"type": "sched", "max_workloads": 7, "backend": "proc"}]}).max_workloads == 7
+    assert built({}).max_workloads == 64
 
 
 def test_the_indices_are_defined_in_docs_metrics():

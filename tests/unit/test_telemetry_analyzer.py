@@ -127,8 +127,9 @@ def test_amd_compatibility_names_and_units(samples: Path):
     assert not any(n.startswith("gpu_") for n, _ in points(off.snapshot()))
 
 
-def test_from_config_reads_compat_per_smi_source(samples: Path):
+def test_the_agent_builds_it_with_compat_per_smi_source(samples: Path):
     from aaco.agent.config import AgentConfig
+    from aaco.agent.service import build_analyzers
 
     cfg = AgentConfig.model_validate(
         {
@@ -144,7 +145,7 @@ def test_from_config_reads_compat_per_smi_source(samples: Path):
             ],
         }
     )
-    a = TelemetryAnalyzer.from_config(cfg)
+    (a,) = [x for x in build_analyzers(cfg) if isinstance(x, TelemetryAnalyzer)]
     assert a.compat == {"smi": "amd"}
     assert a.stale_after_ns == 600 * 10**9
 

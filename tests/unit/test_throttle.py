@@ -10,7 +10,9 @@ import pyarrow as pa
 import pytest
 
 from aaco.agent.sources.smi.capture import read_capture
-from aaco.analyzers.throttle import ThrottleAnalyzer, bootstrap_medians
+from aaco.analyzers.stats import bootstrap_medians
+from aaco.analyzers.throttle import ThrottleAnalyzer
+from aaco.analyzers.throttle_settings import ThrottleSettings
 from aaco.contract.schemas import ATTRS, EventBatch, conform
 from aaco.contract.telemetry import to_table
 
@@ -140,7 +142,7 @@ def power_sample(t: float, gpu: int, watts: float, mhz: float, util: float = 0.9
 
 
 def test_power_throttling_inferred_from_clock_below_max_under_load_at_the_cap():
-    a = ThrottleAnalyzer(power_cap_w=300.0)
+    a = ThrottleAnalyzer(ThrottleSettings(power_cap_w=300.0))
     rows = (
         power_sample(1, 0, 200, 1700)  # below the cap, full clock
         + power_sample(2, 0, 296, 1100)  # at the cap (within 5 %), clock at 65 %, loaded: critical
@@ -163,7 +165,7 @@ def test_power_inference_needs_a_cap_and_takes_the_gpus_own_limit_first():
     a = ThrottleAnalyzer()
     a.update(tele(rows))
     assert a.snapshot().to_dict()["gpus"][0]["throttled"] == []  # no cap known: only the vendor's word
-    b = ThrottleAnalyzer(power_cap_w=1000.0)
+    b = ThrottleAnalyzer(ThrottleSettings(power_cap_w=1000.0))
     b.update(tele([*rows, (1, 0, "aaco.gpu.power.limit", 300.0)]))
     g = b.snapshot().to_dict()["gpus"][0]
     assert g["throttled"] == ["power"] and g["power_cap_w"] == 300.0
@@ -182,7 +184,7 @@ def test_thermal_episodes_near_the_limit_and_severity():
         ["temperature"],
     )
     assert ep["peak_temperature_c"] == 106.0 and ep["severity"] == "critical"  # reached its limit under load
-    b = ThrottleAnalyzer(temperature_limits_c={"junction": 90.0})
+    b = ThrottleAnalyzer(ThrottleSettings(temperature_limits_c={"junction": 90.0}))
     b.update(tele([temp(1, 86), loaded(1, 0)]))
     assert b.snapshot().to_dict()["gpus"][0]["throttled"] == ["thermal"]
     c = ThrottleAnalyzer()
@@ -198,7 +200,7 @@ def test_an_idle_gpu_throttled_is_info_and_unknown_load_a_warning():
 
 
 def test_a_silent_gpu_ends_its_episodes_at_its_last_sample():
-    a = ThrottleAnalyzer(stale_s=30)
+    a = ThrottleAnalyzer(ThrottleSettings(stale_s=30))
     a.update(tele([vendor(1, 0, "power", True), vendor(2, 0, "power", True), vendor(2, 1, "power", False)]))
     a.update(tele([vendor(20, 1, "power", False)]))
     assert a.snapshot().to_dict()["gpus"][0]["throttled"] == ["power"]  # 18 s of silence: not yet
@@ -219,7 +221,7 @@ def test_late_telemetry_is_dropped_and_counted():
 
 
 def test_bounded_devices():
-    a = ThrottleAnalyzer(max_devices=2)
+    a = ThrottleAnalyzer(ThrottleSettings(max_devices=2))
     a.update(tele([vendor(1, g, "power", True) for g in range(4)]))
     res = a.snapshot()
     assert len(res.to_dict()["gpus"]) == 2 and res.to_dict()["dropped"]["max_devices"] == 2
@@ -319,7 +321,7 @@ def test_no_impact_when_latency_does_not_change():
 
 def test_the_estimate_is_reproducible():
     def run() -> dict:
-        a = ThrottleAnalyzer(reservoir=64)  # reservoirs overflow: sampling is seeded too
+        a = ThrottleAnalyzer(ThrottleSettings(reservoir=64))  # reservoirs overflow: sampling is seeded too
         throttled_timeline(a, 100, [(20, 60)])
         a.update(item("iterations", iterations(iteration_spans(99, [(20, 60)], slow=1.2)[0])))
         return a.snapshot().to_dict()["impact"]
@@ -355,7 +357,7 @@ def test_iterations_wait_for_telemetry_and_older_ones_are_unknown():
 
 
 def test_pending_iterations_are_bounded():
-    a = ThrottleAnalyzer(max_pending=3)
+    a = ThrottleAnalyzer(ThrottleSettings(max_pending=3))
     a.update(tele([vendor(1, 0, "power", False)]))
     a.update(item("iterations", iterations([(T0 + (10 + k) * S, T0 + (10 + k) * S + 1000) for k in range(5)])))
     assert a.snapshot().to_dict()["dropped"]["pending_overflow"] == 2

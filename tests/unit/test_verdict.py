@@ -7,7 +7,8 @@ import pyarrow as pa
 import pytest
 from scipy import stats
 
-from aaco.analyzers.baseline import latency_samples, model_profile, union_per_group
+from aaco.analyzers.baseline import model_profile, union_per_group
+from aaco.analyzers.stats import evenly_spaced
 from aaco.analyzers.verdict import (
     RECOMMENDATIONS,
     VerdictInputError,
@@ -96,10 +97,10 @@ def test_union_per_group_counts_overlap_once_and_keeps_groups_apart():
     assert union_per_group(np.array([], dtype=np.int64), np.array([]), np.array([])) == 0
 
 
-def test_latency_samples_keep_all_or_spread_evenly():
+def test_evenly_spaced_keeps_all_or_spreads_evenly():
     x = np.arange(100.0)
-    assert latency_samples(x, 200) is x
-    kept = latency_samples(x, 10)
+    assert evenly_spaced(x, 200) is x
+    kept = evenly_spaced(x, 10)
     assert kept.size == 10 and kept[0] == 0 and kept[-1] == 99 and np.all(np.diff(kept) > 0)
 
 

@@ -1,0 +1,29 @@
+"""One GPU telemetry series as the telemetry analyzer keeps it (shared with the compatibility names)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from aaco.contract.signals import MetricDef
+
+BASE_LABELS: Final = ("node", "gpu", "gpu_uuid", "model", "pod", "namespace", "container")
+
+
+@dataclass(slots=True)
+class Series:
+    """The latest reading of one series."""
+
+    metric: str
+    attr: str  # the value of the metric's series attribute ("" when it has none)
+    labels: dict[str, str]  # BASE_LABELS
+    value: float
+    ts_ns: int
+    source: str
+    vendor: str
+    pci_bus: str
+
+    def labels_for(self, metric: MetricDef) -> dict[str, str]:
+        """Labels of this series under ``metric`` (the base labels plus its series attribute)."""
+        extra = {k: self.attr for k in metric.labels if k not in self.labels}
+        return {**self.labels, **extra}

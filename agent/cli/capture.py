@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     import http.client
 
 TIMEOUT_S = 10.0
-DEFAULT_TOKEN_FILE = Path("/var/lib/aaco/admin-token")  # aaco.agent.admin's (a test keeps them equal); not imported
+# The agent's default admin.token_file: aaco.agent.admin imports pydantic (~0.1 s), so aaco --help does not
+# import it for this; tests/unit/test_cli_behaviour.py keeps the two equal.
+DEFAULT_TOKEN_FILE = Path("/var/lib/aaco/admin-token")
 
 
 def capture(

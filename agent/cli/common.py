@@ -29,6 +29,7 @@ PIPED_WIDTH = 160  # columns for tables, help and usage errors when the stream i
 
 LOG_LEVEL_HELP = "debug, info, warning or error."
 LogLevel = Annotated[str, typer.Option("--log-level", help=LOG_LEVEL_HELP)]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
 def piped_width(stream: IO[str]) -> int | None:

@@ -8,13 +8,13 @@ from typing import Annotated
 
 import typer
 
-from aaco.agent.cli.common import fail, out_console, table
+from aaco.agent.cli.common import AsJson, fail, out_console, table
 from aaco.contract.errors import AacoError
 
 
 def graph(
     model: Annotated[Path, typer.Argument(help="ONNX model file.")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: AsJson = False,
 ) -> None:
     """Summarise an ONNX graph: all nodes and the nodes that run (KAR's denominator, docs/kar.md), ops, opsets."""
     from aaco.agent.sources.ort.models import load_model

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from aaco.agent.cli.common import LogLevel, fail, out_console, print_note, setup_logging
+from aaco.agent.cli.common import AsJson, LogLevel, fail, out_console, print_note, setup_logging
 from aaco.contract.errors import AacoError
 
 FIELDS = (
@@ -71,7 +71,7 @@ def sched(
     ] = None,
     all_tasks: Annotated[bool, typer.Option("--all", help="Trace every task on the machine.")] = False,
     duration: Annotated[float, typer.Option("--duration", "-d", min=0.1, help="Seconds to trace.")] = 5.0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: AsJson = False,
     backend: Annotated[
         str, typer.Option("--backend", help="auto (eBPF where it can run, else /proc), ebpf or proc.")
     ] = "auto",

@@ -248,9 +248,9 @@ class BottleneckAnalyzer(DerivedAnalyzer):
             overhead = launch.get("launch_overhead")  # None when no event had a known launch call
             if isinstance(overhead, Mapping) and overhead.get("launch_cpu_s") is not None and wall_s > 0:
                 s["cpu_overhead_ratio"] = min(1.0, float(overhead["launch_cpu_s"]) / wall_s)
-        kar = _group(results.get("kar"), "models", key)
-        if kar:
-            s["kernels_per_iteration"] = kar.get("kernels_per_iteration")
+        kar = getattr(results.get("kar"), "models", {}).get(key)
+        if kar is not None:
+            s["kernels_per_iteration"] = kar.kernels_per_iteration
         lat = _group(results.get("latency"), "models", key)
         if lat and lat.get("p50_s") and lat.get("p95_s") is not None:
             s["latency_p95_p50"] = lat["p95_s"] / lat["p50_s"]

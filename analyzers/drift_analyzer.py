@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -105,18 +106,51 @@ class _Track:
 
 
 @dataclass(frozen=True)
+class DriftSeries:
+    """One tracked series (a model's latency, kernels or kernel time per iteration) as the snapshot reports it."""
+
+    node: str
+    model: str
+    series: str
+    unit: str
+    state: str  # warming | monitoring | rebaselining
+    values: int  # values the detector was fed
+    baseline: float | None
+    sigma: float | None
+    active: bool  # a change point within hold_s
+    changepoints: Mapping[str, int]  # up, down
+    last_change: Mapping[str, Any] | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "node": self.node,
+            "model": self.model,
+            "series": self.series,
+            "unit": self.unit,
+            "state": self.state,
+            "values": self.values,
+            "baseline": self.baseline,
+            "sigma": self.sigma,
+            "active": self.active,
+            "changepoints": dict(self.changepoints),
+            "last_change": dict(self.last_change) if self.last_change is not None else None,
+        }
+
+
+@dataclass(frozen=True)
 class DriftResult:
     """Every tracked series' state, and what was dropped."""
 
-    detector: dict[str, Any]
-    series: tuple[dict[str, Any], ...]
-    dropped: dict[str, int]
+    detector: Mapping[str, Any]
+    series: tuple[DriftSeries, ...]
+    dropped: Mapping[str, int]
 
     def to_dict(self) -> dict[str, Any]:
         """``{"detector": {...}, "series": [...], "dropped": {...}}``."""
         return {
             "detector": dict(self.detector),
-            "series": [dict(s) for s in self.series],
+            "series": [s.to_dict() for s in self.series],
             "dropped": dict(self.dropped),
         }
 
@@ -124,10 +158,10 @@ class DriftResult:
         """``aaco_drift_active``, ``aaco_drift_changepoints_total`` per series, the drop counters."""
         pb = PointBuilder()
         for s in self.series:
-            labels = {"node": s["node"], "model": s["model"], "series": s["series"]}
-            pb.add(DRIFT_ACTIVE, 1.0 if s["active"] else 0.0, **labels)
+            labels = {"node": s.node, "model": s.model, "series": s.series}
+            pb.add(DRIFT_ACTIVE, 1.0 if s.active else 0.0, **labels)
             for direction in ("up", "down"):
-                pb.add(DRIFT_CHANGEPOINTS, float(s["changepoints"][direction]), **labels, direction=direction)
+                pb.add(DRIFT_CHANGEPOINTS, float(s.changepoints[direction]), **labels, direction=direction)
         for reason in DROP_REASONS:
             pb.add(DRIFT_DROPPED, float(self.dropped.get(reason, 0)), reason=reason)
         return pb.points
@@ -324,19 +358,19 @@ class DriftAnalyzer(Analyzer):
         for (node, model, name), tr in sorted(self._tracks.items()):
             b = tr.detector.baseline
             series.append(
-                {
-                    "node": node,
-                    "model": model,
-                    "series": name,
-                    "unit": UNITS[name],
-                    "state": tr.state(),
-                    "values": tr.detector.samples,
-                    "baseline": b.median if b is not None else None,
-                    "sigma": b.scale if b is not None else None,
-                    "active": tr.active(self.hold_ns),
-                    "changepoints": dict(tr.counts),
-                    "last_change": dict(tr.last) if tr.last else None,
-                }
+                DriftSeries(
+                    node,
+                    model,
+                    name,
+                    UNITS[name],
+                    tr.state(),
+                    tr.detector.samples,
+                    b.median if b is not None else None,
+                    b.scale if b is not None else None,
+                    tr.active(self.hold_ns),
+                    dict(tr.counts),
+                    dict(tr.last) if tr.last else None,
+                )
             )
         return DriftResult(dict(self._params), tuple(series), dict(self._dropped))
 

@@ -12,6 +12,7 @@ fused, above 2 worth a look, above 5 severe.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,20 +61,46 @@ def kar_band(value: float | None) -> str | None:
 
 
 @dataclass(frozen=True)
+class KarRow:
+    """KAR of one model: kernels per iteration over its running graph nodes (and its optimised ones)."""
+
+    kar: float | None
+    kernels_per_iteration: float | None
+    graph_nodes: int | None
+    graph_nodes_optimized: int | None
+    kar_optimized: float | None
+    iterations: int
+    kernels: int
+
+    @property
+    def band(self) -> str | None:
+        """The health band of ``kar``."""
+        return kar_band(self.kar)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (``band`` included)."""
+        return {
+            "kar": self.kar,
+            "band": self.band,
+            "kernels_per_iteration": self.kernels_per_iteration,
+            "graph_nodes": self.graph_nodes,
+            "graph_nodes_optimized": self.graph_nodes_optimized,
+            "kar_optimized": self.kar_optimized,
+            "iterations": self.iterations,
+            "kernels": self.kernels,
+        }
+
+
+@dataclass(frozen=True)
 class KarResult:
-    """KAR per (node, model) and the headline value.
+    """KAR per (node, model) and the headline value."""
 
-    Per model: ``kar`` (kernels per iteration / ``graph_nodes``, the running nodes), ``band``,
-    ``kernels_per_iteration``, ``graph_nodes``, ``graph_nodes_optimized``, ``kar_optimized``,
-    ``iterations``, ``kernels``.
-    """
-
-    models: dict[tuple[str, str], dict[str, Any]]
+    models: Mapping[tuple[str, str], KarRow]
 
     @property
     def value(self) -> float | None:
         """The headline KAR: the model's, or the iteration-weighted mean over models."""
-        known = [(m["kar"], m["iterations"]) for m in self.models.values() if m["kar"] is not None]
+        known = [(m.kar, m.iterations) for m in self.models.values() if m.kar is not None]
         if not known:
             return None
         weight = sum(w for _, w in known)
@@ -85,19 +112,21 @@ class KarResult:
         return {
             "value": self.value,
             "band": kar_band(self.value),
-            "models": {(m if len(nodes) <= 1 else f"{n}/{m}"): v for (n, m), v in sorted(self.models.items())},
+            "models": {
+                (m if len(nodes) <= 1 else f"{n}/{m}"): v.to_dict() for (n, m), v in sorted(self.models.items())
+            },
         }
 
     def points(self) -> list[MetricPoint]:
         """KAR, kernels per iteration and graph node gauges."""
         pb = PointBuilder()
         for (node, model), m in self.models.items():
-            if m["kar"] is not None:
-                pb.add(KAR_RATIO, m["kar"], node=node, model=model)
-            if m["kernels_per_iteration"] is not None:
-                pb.add(KERNELS_PER_ITERATION, m["kernels_per_iteration"], node=node, model=model)
-            if m["graph_nodes"]:
-                pb.add(GRAPH_NODES, m["graph_nodes"], node=node, model=model)
+            if m.kar is not None:
+                pb.add(KAR_RATIO, m.kar, node=node, model=model)
+            if m.kernels_per_iteration is not None:
+                pb.add(KERNELS_PER_ITERATION, m.kernels_per_iteration, node=node, model=model)
+            if m.graph_nodes:
+                pb.add(GRAPH_NODES, m.graph_nodes, node=node, model=model)
         return pb.points
 
 
@@ -151,21 +180,12 @@ class KarAnalyzer(Analyzer):
 
     def snapshot(self) -> KarResult:
         """KAR per model from the counts so far, over the running graph nodes the iterations carried."""
-        out: dict[tuple[str, str], dict[str, Any]] = {}
+        out: dict[tuple[str, str], KarRow] = {}
         for key in set(self._iterations) | set(self._kernels):
             iters = self._iterations.get(key, 0)
             kernels = self._kernels.get(key, 0)
             g, go = self._nodes.get(key, (None, None))
             kpi = ratio(kernels, iters)
             kar = ratio(kpi, g) if (kpi is not None and g) else None
-            out[key] = {
-                "kar": kar,
-                "band": kar_band(kar),
-                "kernels_per_iteration": kpi,
-                "graph_nodes": g,
-                "graph_nodes_optimized": go,
-                "kar_optimized": ratio(kpi, go) if (kpi is not None and go) else None,
-                "iterations": iters,
-                "kernels": kernels,
-            }
+            out[key] = KarRow(kar, kpi, g, go, ratio(kpi, go) if (kpi is not None and go) else None, iters, kernels)
         return KarResult(out)

@@ -328,8 +328,8 @@ def test_snapshots_are_immutable():
     before = a.snapshot()
     doc = before.to_dict()
     a.update(item("iterations", latency_batch(np.full(50, 0.03), t0=2 * 10**18)))
-    assert before.to_dict() == doc and before.series[0]["values"] == 250
-    assert a.snapshot().series[0]["values"] == 300 and a.snapshot().series[0]["changepoints"]["up"] == 1
+    assert before.to_dict() == doc and before.series[0].values == 250
+    assert a.snapshot().series[0].values == 300 and a.snapshot().series[0].changepoints["up"] == 1
 
 
 def test_unknown_detector_or_bad_options_fail_at_construction():

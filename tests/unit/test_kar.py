@@ -57,14 +57,14 @@ def test_kar_is_kernels_per_iteration_over_graph_nodes():
     a.update(its(2, graph_nodes=100, optimized=60))
     a.update(correlated(300))
     m = a.snapshot().models[(NODE, "m")]
-    assert m["iterations"] == 2
-    assert m["kernels"] == 300
-    assert m["kernels_per_iteration"] == 150
-    assert m["kar"] == pytest.approx(1.5)
-    assert m["band"] == "good"
-    assert m["graph_nodes"] == 100
-    assert m["graph_nodes_optimized"] == 60
-    assert m["kar_optimized"] == pytest.approx(2.5)
+    assert m.iterations == 2
+    assert m.kernels == 300
+    assert m.kernels_per_iteration == 150
+    assert m.kar == pytest.approx(1.5)
+    assert m.band == "good"
+    assert m.graph_nodes == 100
+    assert m.graph_nodes_optimized == 60
+    assert m.kar_optimized == pytest.approx(2.5)
 
 
 def test_only_correlated_kernel_kind_counts():
@@ -76,9 +76,9 @@ def test_only_correlated_kernel_kind_counts():
     a.update(correlated(11, model=None, iteration=None))  # not correlated
     a.update(correlated(13, iteration=None))  # a model but no iteration: not correlated either
     m = a.snapshot().models[(NODE, "m")]
-    assert m["kernels"] == 30
-    assert m["kar"] == pytest.approx(3.0)
-    assert m["band"] == "investigate"
+    assert m.kernels == 30
+    assert m.kar == pytest.approx(3.0)
+    assert m.band == "investigate"
 
 
 def test_kernels_mixed_in_one_batch():
@@ -92,9 +92,9 @@ def test_kernels_mixed_in_one_batch():
     )
     a.update(item("kernels", b))
     m = a.snapshot().models[(NODE, "m")]
-    assert m["kernels"] == 3
-    assert m["kernels_per_iteration"] == pytest.approx(1.5)
-    assert m["kar"] == pytest.approx(0.375)
+    assert m.kernels == 3
+    assert m.kernels_per_iteration == pytest.approx(1.5)
+    assert m.kar == pytest.approx(0.375)
 
 
 def test_no_graph_size_means_no_kar():
@@ -102,10 +102,10 @@ def test_no_graph_size_means_no_kar():
     a.update(its(2, graph_nodes=None))
     a.update(correlated(10))
     m = a.snapshot().models[(NODE, "m")]
-    assert m["kernels_per_iteration"] == 5
-    assert m["kar"] is None
-    assert m["band"] is None
-    assert m["kar_optimized"] is None
+    assert m.kernels_per_iteration == 5
+    assert m.kar is None
+    assert m.band is None
+    assert m.kar_optimized is None
     pts = a.snapshot().points()
     assert [p.metric for p in pts] == [KERNELS_PER_ITERATION]
 
@@ -116,17 +116,17 @@ def test_graph_size_kept_from_earlier_iterations():
     a.update(its(1, graph_nodes=None))
     a.update(correlated(100))
     m = a.snapshot().models[(NODE, "m")]
-    assert m["graph_nodes"] == 50
-    assert m["kar"] == pytest.approx(1.0)
+    assert m.graph_nodes == 50
+    assert m.kar == pytest.approx(1.0)
 
 
 def test_kernels_without_iterations_have_no_kar():
     a = KarAnalyzer()
     a.update(correlated(10))
     m = a.snapshot().models[(NODE, "m")]
-    assert m["iterations"] == 0
-    assert m["kernels_per_iteration"] is None
-    assert m["kar"] is None
+    assert m.iterations == 0
+    assert m.kernels_per_iteration is None
+    assert m.kar is None
     assert a.snapshot().value is None
 
 
@@ -207,7 +207,7 @@ def test_light_resnet50_kar_over_running_nodes(resnet50):
     a.update(its(2, model="light_resnet50", graph_nodes=g.running_nodes, optimized=59))
     a.update(correlated(2 * 59, model="light_resnet50"))
     m = a.snapshot().models[(NODE, "light_resnet50")]
-    assert (m["graph_nodes"], m["kernels_per_iteration"]) == (176, 59)
-    assert round(m["kar"], 3) == 0.335
-    assert m["kar_optimized"] == pytest.approx(1.0)
+    assert (m.graph_nodes, m.kernels_per_iteration) == (176, 59)
+    assert round(m.kar, 3) == 0.335
+    assert m.kar_optimized == pytest.approx(1.0)
     assert "run" in KAR_RATIO.description and "run" in GRAPH_NODES.description

@@ -68,27 +68,63 @@ class _Window:
 
 
 @dataclass(frozen=True)
+class ActivityWindow:
+    """One device's busy time over one capture window, as shares of the window."""
+
+    node: str
+    device: str
+    run_id: str
+    window_start_ns: int
+    window_end_ns: int
+    busy_ns: int
+    active_ratio: float
+    compute_ratio: float
+    noncompute_ratio: float
+    idle_ratio: float
+    seq: int  # when it was last updated (the latest window of a device is the one on /metrics)
+
+    def ratio(self, state: str) -> float:
+        """The share of the window in ``state``: compute, noncompute or idle."""
+        return {"compute": self.compute_ratio, "noncompute": self.noncompute_ratio, "idle": self.idle_ratio}[state]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "node": self.node,
+            "device": self.device,
+            "run_id": self.run_id,
+            "window_start_ns": self.window_start_ns,
+            "window_end_ns": self.window_end_ns,
+            "busy_ns": self.busy_ns,
+            "active_ratio": self.active_ratio,
+            "compute_ratio": self.compute_ratio,
+            "noncompute_ratio": self.noncompute_ratio,
+            "idle_ratio": self.idle_ratio,
+        }
+
+
+@dataclass(frozen=True)
 class ActivityResult:
     """Per (node, device, run) windows, and the latest run per device for metrics."""
 
-    windows: tuple[dict[str, Any], ...]
+    windows: tuple[ActivityWindow, ...]
 
     def to_dict(self) -> dict[str, Any]:
         """``{"devices": [...]}``, one entry per device and capture window."""
-        return {"devices": [{k: v for k, v in w.items() if not k.startswith("_")} for w in self.windows]}
+        return {"devices": [w.to_dict() for w in self.windows]}
 
     def points(self) -> list[MetricPoint]:
         """Ratios of each device's most recently updated window."""
-        latest: dict[tuple[str, str], dict[str, Any]] = {}
+        latest: dict[tuple[str, str], ActivityWindow] = {}
         for w in self.windows:
-            key = (w["node"], w["device"])
-            if key not in latest or w["_seq"] > latest[key]["_seq"]:
+            key = (w.node, w.device)
+            if key not in latest or w.seq > latest[key].seq:
                 latest[key] = w
         pb = PointBuilder()
         for (node, device), w in latest.items():
-            pb.add(ACTIVE_RATIO, w["active_ratio"], node=node, gpu=device)
+            pb.add(ACTIVE_RATIO, w.active_ratio, node=node, gpu=device)
             for state in ("compute", "noncompute", "idle"):
-                pb.add(TIME_RATIO, w[f"{state}_ratio"], node=node, gpu=device, state=state)
+                pb.add(TIME_RATIO, w.ratio(state), node=node, gpu=device, state=state)
         return pb.points
 
 
@@ -147,18 +183,8 @@ class ActivityAnalyzer(Analyzer):
             active = min(1.0, w.busy / span)
             comp = min(active, w.compute / span)
             out.append(
-                {
-                    "node": node,
-                    "device": device,
-                    "run_id": run,
-                    "window_start_ns": w.start,
-                    "window_end_ns": w.end,
-                    "busy_ns": w.busy,
-                    "active_ratio": active,
-                    "compute_ratio": comp,
-                    "noncompute_ratio": active - comp,
-                    "idle_ratio": 1.0 - active,
-                    "_seq": w.updated,
-                }
+                ActivityWindow(
+                    node, device, run, w.start, w.end, w.busy, active, comp, active - comp, 1.0 - active, w.updated
+                )
             )
         return ActivityResult(tuple(out))

@@ -294,12 +294,12 @@ def _activity(result: AnalyzerResult | None, node: str, m: _Model) -> dict[str, 
         return {}
     span = busy = noncompute = 0.0
     for w in windows:
-        if w.get("node") != node or (w.get("device"), w.get("run_id")) not in m.windows:
+        if w.node != node or (w.device, w.run_id) not in m.windows:
             continue
-        length = max(1, int(w["window_end_ns"]) - int(w["window_start_ns"]))
+        length = max(1, w.window_end_ns - w.window_start_ns)
         span += length
-        busy += float(w["active_ratio"]) * length
-        noncompute += float(w["noncompute_ratio"]) * length
+        busy += w.active_ratio * length
+        noncompute += w.noncompute_ratio * length
     if span <= 0:
         return {}
     active = min(1.0, busy / span)

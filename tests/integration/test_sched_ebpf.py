@@ -33,7 +33,7 @@ HOG = "while True:\n    pass\n"
 @pytest.fixture(scope="module")
 def ebpf() -> None:
     """eBPF can run here (root, bcc, tracefs, headers), or the test skips (fails under AACO_REQUIRE_REAL=1)."""
-    from aaco.agent.sources.sched.ebpf import unavailable_reason
+    from aaco.agent.sources.sched.host import unavailable_reason
 
     reason = unavailable_reason()
     if reason is not None:

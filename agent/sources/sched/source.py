@@ -120,7 +120,8 @@ def select_backend(cfg: SchedSourceConfig) -> tuple[SchedBackend, str]:
     proc = lambda: ProcBackend(all_tasks=cfg.all_tasks, max_threads=cfg.max_threads)  # noqa: E731
     if cfg.backend == "proc":
         return proc(), "configured (backend: proc)"
-    from aaco.agent.sources.sched.ebpf import EbpfBackend, EbpfSettings, unavailable_reason
+    from aaco.agent.sources.sched.ebpf import EbpfBackend, EbpfSettings
+    from aaco.agent.sources.sched.host import unavailable_reason
 
     reason = unavailable_reason()
     if reason is None:

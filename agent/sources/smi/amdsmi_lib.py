@@ -19,7 +19,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Final, TypeVar
 
-from aaco.agent.sources.smi import gpu_metrics
+from aaco.agent.sources.smi.gpu_metrics import throttle_reasons
 from aaco.agent.sources.smi.values import Fields
 from aaco.contract.telemetry import (
     CLOCK,
@@ -149,7 +149,7 @@ class AmdSmiReader:
         metrics = self._q(f, where, lib.amdsmi_get_gpu_metrics_info, h) or {}
         bits = metrics.get("indep_throttle_status")
         if isinstance(bits, int) and not isinstance(bits, bool):
-            reasons = gpu_metrics.throttle_reasons(bits)
+            reasons = throttle_reasons(bits)
             for reason in THROTTLE_REASONS:
                 s.add(THROTTLE, float(reasons[reason]), reason=reason)
         return s

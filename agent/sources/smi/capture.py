@@ -16,11 +16,12 @@ from typing import Final
 
 import orjson
 
-from aaco.agent.sources.smi import ttar
 from aaco.agent.sources.smi.amd_smi import parse_amd_smi
 from aaco.agent.sources.smi.nvidia_smi import parse_nvidia_smi
 from aaco.agent.sources.smi.rocm_smi import parse_rocm_smi
 from aaco.agent.sources.smi.sysfs import ArchiveTree, read_sysfs
+from aaco.agent.sources.smi.ttar import TtarError
+from aaco.agent.sources.smi.ttar import read as read_archive
 from aaco.agent.sources.smi.values import TelemetryFormatError
 from aaco.contract.telemetry import Snapshot
 
@@ -65,8 +66,8 @@ def read_capture(path: Path, max_bytes: int = MAX_CAPTURE_BYTES) -> Snapshot:
         return parse_nvidia_smi(data, subject)
     if kind == "sysfs":
         try:
-            archive = ttar.read(data.decode(errors="replace"))
-        except ttar.TtarError as exc:
+            archive = read_archive(data.decode(errors="replace"))
+        except TtarError as exc:
             raise TelemetryFormatError(f"not a readable ttar archive: {exc}", subject=subject) from exc
         return read_sysfs(ArchiveTree(archive, subject))
     if kind in ("amd-smi", "rocm-smi"):

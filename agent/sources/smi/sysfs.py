@@ -40,7 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
 
-from aaco.agent.sources.smi import gpu_metrics
+from aaco.agent.sources.smi.gpu_metrics import decode as decode_gpu_metrics
+from aaco.agent.sources.smi.gpu_metrics import throttle_reasons
 from aaco.agent.sources.smi.ttar import Archive
 from aaco.agent.sources.smi.values import Fields
 from aaco.contract.telemetry import (
@@ -444,12 +445,12 @@ def _throttle(tree: Tree, dev: str, f: Fields, s: GpuSample) -> None:
     if not data:
         return
     try:
-        table = gpu_metrics.decode(data)
+        table = decode_gpu_metrics(data)
     except ValueError as exc:
         f.problem(f"{dev}/gpu_metrics", str(exc))
         return
     if table.indep_throttle_status is None:
         return  # a layout not decoded here: the other readings go on
-    reasons = gpu_metrics.throttle_reasons(table.indep_throttle_status)
+    reasons = throttle_reasons(table.indep_throttle_status)
     for reason in THROTTLE_REASONS:
         s.add(THROTTLE, float(reasons[reason]), reason=reason)

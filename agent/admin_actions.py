@@ -1,12 +1,14 @@
 """The admin actions, run once ``admin`` has said who asked: ``POST /api/v1/capture``.
 
-Kept apart from ``admin`` (the credentials), which ``aaco capture`` imports: this one reaches the
-capture source and with it the trace formats.
+An action returns its JSON answer, or raises an ``ActionError`` whose type says why it refused
+(``agent/http.py`` maps each type to its HTTP status). Kept apart from ``admin`` (the credentials),
+which ``aaco capture`` imports: this one reaches the capture source and with it the trace formats.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from aaco.agent.admin import ADMIN_REQUESTS
@@ -16,31 +18,66 @@ from aaco.contract.stats import Stats
 
 log = logging.getLogger("aaco.admin")
 
-# How each capture outcome is answered over HTTP.
-CAPTURE_STATUS = {
-    Outcome.QUEUED: 202,
-    Outcome.NO_SUCH_PROCESS: 404,
-    Outcome.NOT_A_TARGET: 403,
-    Outcome.FORBIDDEN: 403,
-    Outcome.ALREADY: 409,
-    Outcome.RATE_LIMITED: 429,
-    Outcome.QUEUE_FULL: 429,
+Action = Callable[[dict[str, str], str], dict[str, Any]]  # (query, who asked) -> JSON answer
+
+
+class ActionError(Exception):
+    """An admin action refused: ``doc`` is its JSON answer (with an ``error``), ``outcome`` its counted reason."""
+
+    def __init__(self, doc: dict[str, Any], outcome: str, what: str) -> None:
+        super().__init__(str(doc.get("error", "")))
+        self.doc = doc
+        self.outcome = outcome
+        self.what = what  # for the log line: "capture of pid 42"
+
+
+class BadRequestError(ActionError):
+    """The request's parameters are wrong."""
+
+
+class NotFoundError(ActionError):
+    """No such source or process."""
+
+
+class ForbiddenError(ActionError):
+    """The target may not be acted on."""
+
+
+class ConflictError(ActionError):
+    """The action already runs for this target."""
+
+
+class TooManyRequestsError(ActionError):
+    """Rate limited, or the queue is full: retry later."""
+
+
+# Why a capture was refused, as an error type.
+CAPTURE_REFUSALS: dict[Outcome, type[ActionError]] = {
+    Outcome.NO_SUCH_PROCESS: NotFoundError,
+    Outcome.NOT_A_TARGET: ForbiddenError,
+    Outcome.FORBIDDEN: ForbiddenError,
+    Outcome.ALREADY: ConflictError,
+    Outcome.RATE_LIMITED: TooManyRequestsError,
+    Outcome.QUEUE_FULL: TooManyRequestsError,
 }
 
 
-def capture(sources: dict[str, Source], params: dict[str, str], who: str, stats: Stats) -> tuple[int, dict[str, Any]]:
-    """``POST /api/v1/capture?pid=P[&source=NAME]`` asked by ``who``: (HTTP status, JSON body); logged and counted."""
+def capture(sources: dict[str, Source], params: dict[str, str], who: str, stats: Stats) -> dict[str, Any]:
+    """``POST /api/v1/capture?pid=P[&source=NAME]`` asked by ``who``: the queued capture; logged and counted.
+
+    Raises an ``ActionError`` (typed by the reason) when it is refused.
+    """
     try:
         pid = int(params.get("pid", ""))
     except ValueError:
-        return _answer(stats, who, 400, "bad_request", {"error": "pid must be an integer"})
+        raise _refused(stats, BadRequestError, "bad_request", {"error": "pid must be an integer"}) from None
     captures = {n: s for n, s in sources.items() if isinstance(s, CaptureSource)}
     wanted = params.get("source")
     if wanted:
         captures = {n: s for n, s in captures.items() if n == wanted}
     if not captures:
         why = "this agent has no capture source" + (f" named {wanted}" if wanted else "")
-        return _answer(stats, who, 404, "no_source", {"error": why})
+        raise _refused(stats, NotFoundError, "no_source", {"error": why})
     name, source = next(iter(captures.items()))
     answer = source.request(pid, f"asked by {who}")
     doc: dict[str, Any] = {
@@ -51,16 +88,15 @@ def capture(sources: dict[str, Source], params: dict[str, str], who: str, stats:
     }
     if not answer.queued:
         doc["error"] = answer.detail
-    return _answer(stats, who, CAPTURE_STATUS[answer.outcome], answer.outcome.value, doc, pid)
+        raise _refused(stats, CAPTURE_REFUSALS[answer.outcome], answer.outcome.value, doc, pid)
+    stats.inc(ADMIN_REQUESTS, 1, action="capture", outcome=answer.outcome.value)
+    log.info("capture of pid %d on source %s asked by %s: %s", pid, name, who, answer.outcome.value)
+    return doc
 
 
-def _answer(
-    stats: Stats, who: str, code: int, outcome: str, doc: dict[str, Any], pid: int | None = None
-) -> tuple[int, dict[str, Any]]:
+def _refused(
+    stats: Stats, kind: type[ActionError], outcome: str, doc: dict[str, Any], pid: int | None = None
+) -> ActionError:
+    """The error to raise for a refusal, counted (``agent/http.py`` logs it with its status)."""
     stats.inc(ADMIN_REQUESTS, 1, action="capture", outcome=outcome)
-    what = f"capture of pid {pid}" if pid is not None else "capture"
-    if code < 300:
-        log.info("%s on source %s asked by %s: %s", what, doc.get("source"), who, outcome)
-    else:
-        log.warning("%s asked by %s refused (%d %s): %s", what, who, code, outcome, doc.get("error"))
-    return code, doc
+    return kind(doc, outcome, f"capture of pid {pid}" if pid is not None else "capture")

@@ -21,19 +21,19 @@ import stat
 import struct
 import threading
 import urllib.parse
-from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 from aaco.agent.admin import ADMIN_REQUESTS, TokenAuth
+from aaco.agent.admin_actions import Action
+from aaco.agent.http import run_action
 from aaco.contract.errors import AacoError
 from aaco.contract.stats import Stats
 
 log = logging.getLogger("aaco.admin")
 
-Action = Callable[[dict[str, str], str], tuple[int, dict[str, Any]]]  # (query, who asked) -> (status, body)
 UCRED = struct.Struct("3i")  # struct ucred {pid_t pid; uid_t uid; gid_t gid;} (socket(7)); no stdlib reader
 REQUEST_TIMEOUT_S = 10.0  # a client that stops sending holds its thread no longer than this
 
@@ -85,7 +85,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(403, {"error": who})
             return
         params = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query).items()}
-        self._reply(*action(params, who))
+        self._reply(*run_action(action, params, who))
 
     def do_GET(self) -> None:
         """Actions are POSTs only."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import socket
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -28,39 +28,38 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     ValidationError,
+    create_model,
     model_validator,
 )
 
 from aaco.agent.admin import AdminConfig
-from aaco.agent.receivers.config import OtlpReceiverConfig
-from aaco.agent.sources import REGISTRY
+from aaco.agent.receivers.registry import RECEIVERS
+from aaco.agent.sources import SOURCES
 from aaco.analyzers.registry import AnalyzersConfig
+from aaco.contract.component import Registration
 from aaco.contract.config_base import StrictModel
 from aaco.contract.errors import ConfigError
-from aaco.exporters.lake import LakeConfig
-from aaco.exporters.otlp_settings import OtlpConfig
-from aaco.exporters.prometheus import PrometheusConfig
+from aaco.exporters.registry import EXPORTERS
 
 ENV_PREFIX = "AACO_"
 
 SourceConfig = Annotated[
-    Union[tuple(cfg for cfg, _ in REGISTRY.values())],  # noqa: UP007 - built from the registry at import
+    Union[tuple(reg.config for reg in SOURCES)],  # noqa: UP007 - built from the registry at import
     Field(discriminator="type"),
 ]
 
 
-class ExportersConfig(StrictModel):
-    """Where results go."""
+def sections(name: str, doc: str, registry: Iterable[Registration[Any]]) -> type[StrictModel]:
+    """A section of the file with one key per registered component's settings (shared settings once)."""
+    fields: dict[str, Any] = {}
+    for reg in registry:
+        cfg = reg.config
+        fields.setdefault(cfg.section, (cfg, Field(default_factory=cfg, description=cfg.summary)))
+    return create_model(name, __base__=StrictModel, __doc__=doc, __module__=__name__, **fields)
 
-    prometheus: PrometheusConfig = Field(default_factory=PrometheusConfig, description="Scrape endpoint.")
-    otlp: OtlpConfig = Field(default_factory=OtlpConfig, description="OTLP traces and metrics.")
-    lake: LakeConfig = Field(default_factory=LakeConfig, description="Local Parquet lake.")
 
-
-class ReceiversConfig(StrictModel):
-    """Inbound protocols."""
-
-    otlp: OtlpReceiverConfig = Field(default_factory=OtlpReceiverConfig, description="OTLP receiver.")
+ExportersConfig = sections("ExportersConfig", "Where results go.", EXPORTERS)
+ReceiversConfig = sections("ReceiversConfig", "Inbound protocols.", RECEIVERS)
 
 
 class PipelineConfig(StrictModel):
@@ -85,8 +84,8 @@ class AgentConfig(StrictModel):
 
     node: str = Field(default_factory=default_node, min_length=1, description="Node name on every event.")
     sources: list[SourceConfig] = Field(default_factory=list, description="Inputs, each with a type.")
-    exporters: ExportersConfig = Field(default_factory=ExportersConfig, description="Outputs.")
-    receivers: ReceiversConfig = Field(default_factory=ReceiversConfig, description="Inbound protocols.")
+    exporters: ExportersConfig = Field(default_factory=ExportersConfig, description="Outputs.")  # type: ignore[valid-type]
+    receivers: ReceiversConfig = Field(default_factory=ReceiversConfig, description="Inbound protocols.")  # type: ignore[valid-type]
     analyzers: AnalyzersConfig = Field(default_factory=AnalyzersConfig, description="Analyzer settings.")
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig, description="Pipeline bounds.")
     admin: AdminConfig = Field(default_factory=AdminConfig, description="Who may run admin actions (captures).")
@@ -221,8 +220,8 @@ def _walk(loc: tuple[Any, ...]) -> tuple[str, type[BaseModel] | None]:
         if isinstance(part, int):
             out += f"[{part}]"
             continue
-        if part in REGISTRY and (model is None or part not in model.model_fields):
-            model = REGISTRY[part][0]
+        if part in SOURCES and (model is None or part not in model.model_fields):
+            model = SOURCES[part].config
             continue
         holder = model
         out += f".{part}" if out else str(part)
@@ -240,9 +239,10 @@ def format_errors(exc: ValidationError) -> list[str]:
             allowed = sorted(holder.model_fields) if holder is not None else []
             out.append(f"{where}: unknown key" + (f" (allowed: {', '.join(allowed)})" if allowed else ""))
         elif err["type"] == "union_tag_invalid":
-            out.append(f"{where}.type: unknown source type {err['input'].get('type')!r} (known: {', '.join(REGISTRY)})")
+            known = ", ".join(SOURCES.kinds())
+            out.append(f"{where}.type: unknown source type {err['input'].get('type')!r} (known: {known})")
         elif err["type"] == "union_tag_not_found":
-            out.append(f"{where}: missing 'type' (one of: {', '.join(REGISTRY)})")
+            out.append(f"{where}: missing 'type' (one of: {', '.join(SOURCES.kinds())})")
         else:
             out.append(f"{where}: {err['msg']}")
     return out

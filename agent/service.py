@@ -28,28 +28,33 @@ from dataclasses import dataclass
 from typing import Any
 
 from aaco.agent.admin import TokenAuth, load_token
+from aaco.agent.admin_actions import Action
 from aaco.agent.admin_actions import capture as capture_action
 from aaco.agent.admin_socket import AdminSocketServer
 from aaco.agent.config import AgentConfig, source_names
+from aaco.agent.http import routes
 from aaco.agent.pipeline.bus import Bus
 from aaco.agent.pipeline.correlator import Correlator
 from aaco.agent.pipeline.worker import Pipeline
+from aaco.agent.receivers.base import Forwarder, ReceiverContext, SpanSink
+from aaco.agent.receivers.registry import RECEIVERS
 from aaco.agent.shutdown import close_exporter, close_together, dropped_at_shutdown, report
-from aaco.agent.sources import REGISTRY
+from aaco.agent.sources import SOURCES
 from aaco.agent.sources.base import Journal, NullProgress, Problem, Progress, Source, SourceContext
 from aaco.agent.sources.capture import CaptureConfig
 from aaco.agent.sources.supervise import Supervisor
 from aaco.analyzers.base import Analyzer
 from aaco.analyzers.registry import AgentHints, build
 from aaco.contract.budget import ByteBudget
+from aaco.contract.component import Component
 from aaco.contract.errors import AacoError
 from aaco.contract.ledger import Ledger
 from aaco.contract.snapshot import AnalysisSnapshot
 from aaco.contract.stats import Stats, declare_components
 from aaco.exporters.base import Exporter
-from aaco.exporters.lake import LakeExporter
-from aaco.exporters.otlp_settings import resolve as resolve_otlp
-from aaco.exporters.prometheus import PrometheusExporter
+from aaco.exporters.context import ExporterContext
+from aaco.exporters.otlp_settings import resource_attributes
+from aaco.exporters.registry import EXPORTERS
 
 log = logging.getLogger("aaco.service")
 
@@ -125,40 +130,29 @@ class AgentService:
         # Set when a source thread ends, so the main thread waits on events instead of polling often.
         self.wake = threading.Event()
         self.final_snapshot: AnalysisSnapshot | None = None
-        self.receiver: Any = None  # the OTLP receiver, when enabled
-        self._forwarders: list[Any] = []  # OtlpSender for forwarded metrics and logs
+        self.receivers: dict[str, Component] = {}  # by kind, those enabled
+        self._forwarders: list[Any] = []  # the exporters' OtlpSender for forwarded metrics and logs
         self.admin: TokenAuth | None = None  # who may run admin actions, once started with a capture source
         self._admin_socket: AdminSocketServer | None = None
 
     # -- exporters ----------------------------------------------------------------------------------
 
     def _build_exporters(self, config: AgentConfig) -> list[Exporter]:
-        out: list[Exporter] = []
-        ex = config.exporters
-        if ex.lake.enabled:
-            out.append(LakeExporter(ex.lake, self.stats, self.journal.records_json, ledger=self.ledger))
-        if ex.prometheus.enabled:
-            out.append(PrometheusExporter(ex.prometheus, self.stats, self, config.node, self._actions(), self.admin))
-        if resolve_otlp(ex.otlp, "traces") is not None:
-            from aaco.exporters.otlp_traces import OtlpTraceExporter  # gRPC and protobuf only when used
-
-            rx = config.receivers.otlp
-            out.append(
-                OtlpTraceExporter(
-                    ex.otlp,
-                    self.stats,
-                    config.node,
-                    link_window_s=rx.link_window_s,
-                    link_mode=rx.link_mode,
-                    budget=self.budget,
-                    receiving=rx.enabled,
-                )
-            )
-        if resolve_otlp(ex.otlp, "metrics") is not None:
-            from aaco.exporters.otlp_metrics import OtlpMetricsExporter  # the OpenTelemetry SDK only when used
-
-            out.append(OtlpMetricsExporter(ex.otlp, self.stats, config.node, interval_s=ex.otlp.metrics_interval_s))
-        return out + self._extra
+        """The registered exporters its configuration turns on, then the extra ones given."""
+        rx = config.receivers.otlp
+        ctx = ExporterContext(
+            config.node,
+            self.stats,
+            self.budget,
+            self.ledger,
+            self.journal.records_json,
+            routes(self, self._actions(), self.admin),
+            link_window_s=rx.link_window_s,
+            link_mode=rx.link_mode,
+            receiving=rx.enabled,
+        )
+        built = (reg.factory(getattr(config.exporters, reg.config.section), ctx) for reg in EXPORTERS)
+        return [e for e in built if e is not None] + self._extra
 
     @staticmethod
     def _start_all(exporters: list[Exporter]) -> None:
@@ -172,14 +166,10 @@ class AgentService:
                 exp.shutdown(2.0)
             raise
 
-    def exporter(self, kind: type[Exporter]) -> Exporter | None:
-        """The running exporter of a class, if any."""
-        return next((e for e in self.exporters if isinstance(e, kind)), None)
-
     # -- sources ------------------------------------------------------------------------------------
 
     def _start_source(self, name: str, cfg: Any) -> None:
-        _, factory = REGISTRY[cfg.type]
+        factory = SOURCES[cfg.type].factory
         source: Source = factory(cfg, name)
         lake = self.config.exporters.lake
         ctx = SourceContext(
@@ -214,11 +204,14 @@ class AgentService:
         with self._lock:
             return {name: run.source for name, run in self._sources.items()}
 
-    def capture_request(self, params: dict[str, str], who: str) -> tuple[int, dict[str, Any]]:
-        """``POST /api/v1/capture?pid=P[&source=NAME]`` asked by ``who``: a capture source's window of ``pid``."""
+    def capture_request(self, params: dict[str, str], who: str) -> dict[str, Any]:
+        """``POST /api/v1/capture?pid=P[&source=NAME]`` asked by ``who``: a capture source's window of ``pid``.
+
+        Raises an ``admin_actions.ActionError`` when refused.
+        """
         return capture_action(self.sources, params, who, self.stats)
 
-    def _actions(self) -> dict[str, Any]:
+    def _actions(self) -> dict[str, Action]:
         return {"/api/v1/capture": self.capture_request}
 
     def _start_admin(self) -> None:
@@ -262,8 +255,7 @@ class AgentService:
             declare_components(self.stats, [], [e.name for e in self.exporters])
             self._worker = threading.Thread(target=self._work, name="aaco-pipeline", daemon=True)
             self._worker.start()
-            if self.config.receivers.otlp.enabled:
-                self._start_receiver()
+            self._start_receivers()
             for name, cfg in zip(source_names(self.config), self.config.sources, strict=True):
                 self._start_source(name, cfg)
             self.state = State.RUNNING
@@ -274,35 +266,25 @@ class AgentService:
                 ", ".join(e.name for e in self.exporters) or "none",
             )
 
-    def _start_receiver(self) -> None:
-        from aaco.agent.receivers.base import ReceiverContext
-        from aaco.agent.receivers.otlp import OtlpReceiver
-        from aaco.exporters.otlp_sender import OtlpSender
-        from aaco.exporters.otlp_traces import OtlpTraceExporter, rejected_spans
+    def _start_receivers(self) -> None:
+        """Start the receivers the configuration turns on, handing spans to the exporter that takes them."""
+        sink = next((e for e in self.exporters if isinstance(e, SpanSink)), None)
+        ctx = ReceiverContext(self.stats, self.budget, resource_attributes(self.config.node), sink, self._forwarder)
+        for reg in RECEIVERS:
+            receiver = reg.factory(getattr(self.config.receivers, reg.config.section), ctx)
+            if receiver is not None:
+                receiver.start()
+                self.receivers[reg.kind] = receiver
 
-        traces = self.exporter(OtlpTraceExporter)
-        assert isinstance(traces, OtlpTraceExporter)
-        otlp = self.config.exporters.otlp
-        senders: dict[str, Any] = {}
-        for kind in ("metrics", "logs"):
-            target = resolve_otlp(otlp, kind)  # type: ignore[arg-type]
-            if target is not None:
-                sender = OtlpSender(
-                    target,
-                    self.stats,
-                    f"forward:{kind}",
-                    otlp.queue_max_spans,
-                    otlp.retry_max_elapsed_s,
-                    rejected_spans,
-                    budget=self.budget,
-                )
-                sender.start()
-                self._forwarders.append(sender)
-                senders[kind] = sender
-        ctx = ReceiverContext(self.stats, self.budget, traces.resource_attributes, traces, senders)
-        self.receiver = OtlpReceiver.from_config(self.config.receivers.otlp, ctx)
-        assert self.receiver is not None
-        self.receiver.start()
+    def _forwarder(self, signal: str) -> Forwarder | None:
+        """A started queue forwarding ``signal`` upstream, when the OTLP settings name an endpoint for it."""
+        from aaco.exporters.otlp_forward import forwarder  # gRPC and protobuf only when a receiver runs
+
+        sender = forwarder(self.config.exporters.otlp, signal, self.stats, self.budget)  # type: ignore[arg-type]
+        if sender is not None:
+            sender.start()
+            self._forwarders.append(sender)
+        return sender
 
     def _work(self) -> None:
         while not self._worker_stop.is_set():
@@ -324,8 +306,8 @@ class AgentService:
         sources_deadline = deadline - min(2.0, 0.3 * total)
         if self._admin_socket is not None:
             self._admin_socket.stop(min(2.0, 0.2 * total))
-        if self.receiver is not None:
-            self.receiver.shutdown(min(2.0, 0.2 * total))
+        for receiver in self.receivers.values():
+            receiver.shutdown(min(2.0, 0.2 * total))
         for sender in self._forwarders:  # nothing more comes in: they send what they hold until the deadline
             sender.close(deadline)
         self._stop_sources(list(self._sources), sources_deadline)

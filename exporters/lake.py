@@ -56,7 +56,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from aaco.contract.config_base import StrictModel
 from aaco.contract.errors import AacoError
 from aaco.contract.files import make_dirs, open_private, tighten, write_bytes_atomic
 from aaco.contract.ledger import Ledger, Range
@@ -64,6 +63,7 @@ from aaco.contract.schemas import SCHEMAS, TIME_COLUMN, EventBatch
 from aaco.contract.snapshot import AnalysisSnapshot
 from aaco.contract.stats import EVENTS_DROPPED, EVENTS_EMITTED, EVENTS_RECEIVED, EXPORT_ERRORS, Stats
 from aaco.exporters.base import Exporter, ExportResult
+from aaco.exporters.context import ExporterContext, ExporterSettings
 
 log = logging.getLogger("aaco.exporters.lake")
 _PART = re.compile(r"^part-(\d+)\.parquet$")
@@ -71,8 +71,11 @@ _INTENT = re.compile(r"^commit-(\d+)\.json$")
 OFFSETS = "offsets.json"
 
 
-class LakeConfig(StrictModel):
+class LakeConfig(ExporterSettings):
     """The local Parquet lake."""
+
+    section = "lake"
+    summary = "Local Parquet lake."
 
     enabled: bool = Field(True, description="Write the lake.")
     path: Path = Field(Path("aaco-data"), description="Lake directory (created if missing).")
@@ -189,6 +192,13 @@ class LakeExporter(Exporter):
         self._sources_written: bytes | None = None
         self._closed = False
         self._started = False
+
+    @classmethod
+    def from_config(cls, config: LakeConfig, ctx: ExporterContext) -> LakeExporter | None:
+        """The lake ``config`` describes (keeping ``ctx.records`` and marking ``ctx.ledger``); None when disabled."""
+        if not config.enabled:
+            return None
+        return cls(config, ctx.stats, ctx.records, ledger=ctx.ledger)
 
     @property
     def checkpoints(self) -> Path:

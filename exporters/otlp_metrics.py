@@ -48,8 +48,8 @@ from aaco.contract.signals import LATENCY_BUCKETS, MetricDef, MetricPoint
 from aaco.contract.snapshot import AnalysisSnapshot
 from aaco.contract.stats import EVENTS_DROPPED, EVENTS_EMITTED, EXPORT_ERRORS, Stats
 from aaco.exporters.base import Exporter, ExportResult
-from aaco.exporters.otlp_settings import OtlpConfig, OtlpTarget, resolve
-from aaco.exporters.otlp_traces import resource_attributes
+from aaco.exporters.context import ExporterContext
+from aaco.exporters.otlp_settings import OtlpConfig, OtlpTarget, resolve, resource_attributes
 
 log = logging.getLogger("aaco.exporters.otlp_metrics")
 
@@ -198,6 +198,13 @@ class OtlpMetricsExporter(Exporter):
         self._resource = Resource.create(resource_attributes(node, env))
         self._closed = False
         self._exporter: CountedExporter | None = None
+
+    @classmethod
+    def from_config(cls, config: OtlpConfig, ctx: ExporterContext) -> OtlpMetricsExporter | None:
+        """The metrics exporter, when ``config`` (or the environment) names a metrics endpoint; None otherwise."""
+        if resolve(config, "metrics", ctx.env) is None:
+            return None
+        return cls(config, ctx.stats, ctx.node, env=ctx.env, interval_s=config.metrics_interval_s)
 
     def start(self) -> None:
         """Build the meter provider and its periodic reader."""

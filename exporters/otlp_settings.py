@@ -20,6 +20,8 @@ from pydantic import Field, PositiveFloat, PositiveInt
 
 from aaco.contract.config_base import StrictModel
 from aaco.contract.errors import AacoError
+from aaco.contract.version import version
+from aaco.exporters.context import ExporterSettings
 
 Protocol = Literal["grpc", "http/protobuf"]
 
@@ -33,8 +35,11 @@ class TlsConfig(StrictModel):
     key_file: Path | None = Field(None, description="Client private key (mutual TLS).")
 
 
-class OtlpConfig(StrictModel):
+class OtlpConfig(ExporterSettings):
     """OTLP export of traces and metrics to a collector or backend."""
+
+    section = "otlp"
+    summary = "OTLP traces and metrics."
 
     endpoint: str | None = Field(
         None,
@@ -176,3 +181,30 @@ def resolve(
 
 def _path(v: str | None) -> Path | None:
     return Path(v) if v else None
+
+
+def resource_attributes(node: str, env: Mapping[str, str] | None = None) -> dict[str, object]:
+    """The agent's resource, with OpenTelemetry semantic-convention names.
+
+    ``host.name`` is the node; the chart sets ``NODE_NAME``, ``POD_NAME`` and ``POD_NAMESPACE`` from the
+    downward API (``k8s.*``); ``OTEL_RESOURCE_ATTRIBUTES`` (``k=v,k2=v2``) adds or overrides any.
+    """
+    env = os.environ if env is None else env
+    attrs: dict[str, object] = {
+        "service.name": "aaco-agent",
+        "service.version": version(),
+        "host.name": node,
+    }
+    for key, var in (
+        ("k8s.node.name", "NODE_NAME"),
+        ("k8s.pod.name", "POD_NAME"),
+        ("k8s.namespace.name", "POD_NAMESPACE"),
+    ):
+        if env.get(var):
+            attrs[key] = env[var]
+    extra = env.get("OTEL_RESOURCE_ATTRIBUTES", "")
+    for item in extra.split(","):
+        k, sep, v = item.partition("=")
+        if sep and k.strip():
+            attrs[urllib.parse.unquote(k.strip())] = urllib.parse.unquote(v.strip())
+    return attrs

@@ -12,9 +12,7 @@ their links, the sender while requests are queued or in flight.
 from __future__ import annotations
 
 import logging
-import os
 import threading
-import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,40 +24,14 @@ from aaco.contract.stats import EVENTS_DROPPED, EVENTS_RECEIVED, Stats
 from aaco.contract.version import version
 from aaco.exporters import otlp_wire as w
 from aaco.exporters.base import Exporter, ExportResult
+from aaco.exporters.context import ExporterContext
 from aaco.exporters.otlp_assembly import AppRequest, TraceAssembler, application_spans
 from aaco.exporters.otlp_sender import OtlpSender
-from aaco.exporters.otlp_settings import OtlpConfig, OtlpTarget, resolve
+from aaco.exporters.otlp_settings import OtlpConfig, OtlpTarget, resolve, resource_attributes
 from aaco.exporters.otlp_transport import Transport
 
 log = logging.getLogger("aaco.exporters.otlp")
 COMPONENT = "exporter:otlp"
-
-
-def resource_attributes(node: str, env: Mapping[str, str] | None = None) -> dict[str, object]:
-    """The agent's resource, with OpenTelemetry semantic-convention names.
-
-    ``host.name`` is the node; the chart sets ``NODE_NAME``, ``POD_NAME`` and ``POD_NAMESPACE`` from the
-    downward API (``k8s.*``); ``OTEL_RESOURCE_ATTRIBUTES`` (``k=v,k2=v2``) adds or overrides any.
-    """
-    env = os.environ if env is None else env
-    attrs: dict[str, object] = {
-        "service.name": "aaco-agent",
-        "service.version": version(),
-        "host.name": node,
-    }
-    for key, var in (
-        ("k8s.node.name", "NODE_NAME"),
-        ("k8s.pod.name", "POD_NAME"),
-        ("k8s.namespace.name", "POD_NAMESPACE"),
-    ):
-        if env.get(var):
-            attrs[key] = env[var]
-    extra = env.get("OTEL_RESOURCE_ATTRIBUTES", "")
-    for item in extra.split(","):
-        k, sep, v = item.partition("=")
-        if sep and k.strip():
-            attrs[urllib.parse.unquote(k.strip())] = urllib.parse.unquote(v.strip())
-    return attrs
 
 
 class OtlpTraceExporter(Exporter):
@@ -112,6 +84,22 @@ class OtlpTraceExporter(Exporter):
             )
             if self.target is not None
             else None
+        )
+
+    @classmethod
+    def from_config(cls, config: OtlpConfig, ctx: ExporterContext) -> OtlpTraceExporter | None:
+        """The trace exporter, when ``config`` (or the environment) names a traces endpoint; None otherwise."""
+        if resolve(config, "traces", ctx.env) is None:
+            return None
+        return cls(
+            config,
+            ctx.stats,
+            ctx.node,
+            env=ctx.env,
+            link_window_s=ctx.link_window_s,
+            link_mode=ctx.link_mode,
+            budget=ctx.budget,
+            receiving=ctx.receiving,
         )
 
     def start(self) -> None:

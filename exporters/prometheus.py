@@ -1,4 +1,4 @@
-"""The Prometheus endpoint: ``/metrics`` (text or OpenMetrics by Accept header), ``/healthz``, ``/readyz``.
+"""The Prometheus endpoint: ``/metrics`` (text or OpenMetrics by Accept header), and the routes the agent adds.
 
 A prometheus-client custom collector renders, at scrape time, the latest analyzer snapshot and
 the agent's self-metrics, both as ``MetricPoint``s with registered definitions (so names, help
@@ -6,24 +6,24 @@ texts and label sets are fixed in code). The iteration latency histogram carries
 trace ID as an exemplar (shown in OpenMetrics responses), so Grafana can jump to the trace.
 
 The server takes a Prometheus web-config file (``web_config_file``, see ``web_config.py``) for TLS and basic
-auth, as node-exporter does. ``/healthz`` and ``/readyz`` stay open whatever it says: Kubernetes probes cannot
-carry a secret without putting it in the pod spec, and they tell nothing but up or not. The admin actions
-(``/api/v1/capture``) have their own bearer token (both would use the Authorization header) and skip basic auth.
+auth, as node-exporter does. The agent's routes (``routes.py``: ``/healthz``, ``/readyz``, ``/api/v1/capture``) skip
+its basic auth: probes cannot carry a secret without putting it in the pod spec, and admin actions have their
+own bearer token (both would use the Authorization header).
 Connections are served by a bounded pool of threads (the TLS handshake in the worker, never in the accept
 loop), each cut off ``request_timeout_s`` after it was accepted; every refusal is counted.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 import urllib.parse
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from http import HTTPStatus
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import (
@@ -35,7 +35,6 @@ from prometheus_client.core import (
 from prometheus_client.samples import Exemplar
 from pydantic import Field, PositiveFloat, PositiveInt, conint
 
-from aaco.contract.config_base import StrictModel
 from aaco.contract.errors import AacoError
 from aaco.contract.schemas import EventBatch
 from aaco.contract.signals import HistogramValue, MetricDef, MetricPoint, define
@@ -43,7 +42,9 @@ from aaco.contract.snapshot import AnalysisSnapshot
 from aaco.contract.stats import Stats
 from aaco.contract.version import version
 from aaco.exporters.base import Exporter, ExportResult
+from aaco.exporters.context import ExporterContext, ExporterSettings
 from aaco.exporters.metrics_server import PoolServer, PoolServerV6
+from aaco.exporters.routes import HttpRequest, Route
 from aaco.exporters.web_config import WebConfigWatcher, WebState
 
 log = logging.getLogger("aaco.exporters.prometheus")
@@ -83,11 +84,13 @@ METRICS_SERVER_REFUSED = define(
 )
 
 Port = conint(ge=0, le=65535)
-Action = Callable[[dict[str, str], str], tuple[int, dict[str, Any]]]  # (query, who asked) -> (status, body)
 
 
-class PrometheusConfig(StrictModel):
+class PrometheusConfig(ExporterSettings):
     """The Prometheus scrape endpoint."""
+
+    section = "prometheus"
+    summary = "Scrape endpoint."
 
     enabled: bool = Field(True, description="Serve /metrics, /healthz and /readyz.")
     address: str = Field("127.0.0.1", description="Bind address; 0.0.0.0 (or ::) to be scraped from elsewhere.")
@@ -109,23 +112,6 @@ class PrometheusConfig(StrictModel):
         description="Longest a connection may take from accept to the end of its response (TLS handshake "
         "included); then it is cut and counted (reason=timeout).",
     )
-
-
-class AdminAuth(Protocol):
-    """Who may run admin actions (``agent/admin.py``)."""
-
-    def authorize(self, authorization: str | None, peer: str) -> tuple[bool, str]:
-        """(True, who asked) when the ``Authorization`` header allows admin actions, else (False, why not)."""
-
-
-class Health(Protocol):
-    """Liveness and readiness as the service sees them."""
-
-    def live(self) -> tuple[bool, str]:
-        """True while the pipeline makes progress."""
-
-    def ready(self) -> tuple[bool, str]:
-        """True once sources and exporters have started."""
 
 
 def render(points: Iterable[MetricPoint]) -> Iterator[Metric]:
@@ -201,9 +187,6 @@ class _Collector:
         self._exp.last_collect_s = time.perf_counter() - t0
 
 
-HEALTH_PATHS = ("/healthz", "/readyz")
-
-
 class PrometheusExporter(Exporter):
     """Serves the latest snapshot and the self-metrics over HTTP."""
 
@@ -213,16 +196,12 @@ class PrometheusExporter(Exporter):
         self,
         config: PrometheusConfig,
         stats: Stats,
-        health: Health,
         node: str,
-        actions: dict[str, Action] | None = None,
-        admin: AdminAuth | None = None,
+        routes: Mapping[str, Route] | None = None,
     ) -> None:
         self.config = config
-        self.actions = dict(actions or {})
-        self.admin = admin
+        self.routes = dict(routes or {})
         self.stats = stats
-        self.health = health
         self.node = node
         self.snapshot: AnalysisSnapshot | None = None
         self.started_at = time.time()
@@ -233,6 +212,13 @@ class PrometheusExporter(Exporter):
         self._web: WebConfigWatcher | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
+
+    @classmethod
+    def from_config(cls, config: PrometheusConfig, ctx: ExporterContext) -> PrometheusExporter | None:
+        """The endpoint ``config`` describes, serving ``ctx.routes`` beside /metrics; None when disabled."""
+        if not config.enabled:
+            return None
+        return cls(config, ctx.stats, ctx.node, ctx.routes)
 
     @property
     def port(self) -> int:
@@ -247,22 +233,17 @@ class PrometheusExporter(Exporter):
             if self._web is not None:
                 state = self._web.current()
                 start_response = _with_headers(start_response, state.headers)
-                if path not in HEALTH_PATHS and path not in self.actions:
+                if path not in self.routes:
                     refusal = self._refusal(state, environ, start_response)
                     if refusal is not None:
                         return refusal
-            if path in HEALTH_PATHS:
-                ok, why = self.health.live() if path == "/healthz" else self.health.ready()
-                status = "200 OK" if ok else "503 Service Unavailable"
-                start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
-                return [(why + "\n").encode()]
             if path == "/metrics":
                 return metrics(environ, start_response)
-            if path in self.actions:
-                return self._action(path, environ, start_response)
+            if path in self.routes:
+                return self._route(self.routes[path], environ, start_response)
             if path == "/":
                 start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8")])
-                return [b"AACO agent: /metrics /healthz /readyz\n"]
+                return [("AACO agent: " + " ".join(["/metrics", *self.routes]) + "\n").encode()]
             start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
             return [b"not found; try /metrics\n"]
 
@@ -289,35 +270,23 @@ class PrometheusExporter(Exporter):
         )
         return [b"Unauthorized\n"]
 
-    def _action(self, path: str, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        """A POST to an admin action (``/api/v1/capture``), with a credential ``admin`` accepts."""
-        if environ.get("REQUEST_METHOD") != "POST":
-            start_response("405 Method Not Allowed", [("Content-Type", "application/json"), ("Allow", "POST")])
-            return [b'{"error": "use POST"}\n']
-        peer = f"{environ.get('REMOTE_ADDR', '?')}:{environ.get('REMOTE_PORT', '?')}"
-        if self.admin is None:
-            start_response("403 Forbidden", [("Content-Type", "application/json")])
-            return [b'{"error": "admin actions are off on this agent (no admin credential configured)"}\n']
-        ok, who = self.admin.authorize(environ.get("HTTP_AUTHORIZATION"), peer)
-        if not ok:
-            log.warning("admin action %s refused from %s: %s", path, peer, who)
-            start_response(
-                "401 Unauthorized", [("Content-Type", "application/json"), ("WWW-Authenticate", 'Bearer realm="aaco"')]
-            )
-            return [json.dumps({"error": who}).encode() + b"\n"]
-        params = {k: v[-1] for k, v in urllib.parse.parse_qs(environ.get("QUERY_STRING", "")).items()}
-        code, doc = self.actions[path](params, who)
-        reason = {
-            200: "OK",
-            202: "Accepted",
-            400: "Bad Request",
-            403: "Forbidden",
-            404: "Not Found",
-            409: "Conflict",
-            429: "Too Many Requests",
-        }.get(code, "Error")
-        start_response(f"{code} {reason}", [("Content-Type", "application/json")])
-        return [json.dumps(doc).encode() + b"\n"]
+    @staticmethod
+    def _route(route: Route, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        """Hand a request to one of the agent's routes and write its answer."""
+        request = HttpRequest(
+            method=environ.get("REQUEST_METHOD", "GET"),
+            path=environ.get("PATH_INFO", "/"),
+            query={k: v[-1] for k, v in urllib.parse.parse_qs(environ.get("QUERY_STRING", "")).items()},
+            authorization=environ.get("HTTP_AUTHORIZATION"),
+            peer=f"{environ.get('REMOTE_ADDR', '?')}:{environ.get('REMOTE_PORT', '?')}",
+        )
+        answer = route(request)
+        try:
+            phrase = HTTPStatus(answer.status).phrase
+        except ValueError:
+            phrase = "Error"
+        start_response(f"{answer.status} {phrase}", [("Content-Type", answer.content_type), *answer.headers])
+        return [answer.body]
 
     def start(self) -> None:
         """Bind and serve in a background thread (an address in use, a bad web-config file: clear errors)."""

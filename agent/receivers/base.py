@@ -7,14 +7,15 @@ and logs).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from aaco.contract.budget import ByteBudget
 from aaco.contract.stats import Stats
 
 
+@runtime_checkable
 class SpanSink(Protocol):
     """Takes the spans applications sent (an ``ExportTraceServiceRequest``) on their way upstream."""
 
@@ -37,4 +38,4 @@ class ReceiverContext:
     budget: ByteBudget
     node_attributes: Mapping[str, object] = field(default_factory=dict)
     traces: SpanSink | None = None
-    forward: Mapping[str, Forwarder] = field(default_factory=dict)  # by signal: "metrics", "logs"
+    forward: Callable[[str], Forwarder | None] = lambda _signal: None  # a signal's queue upstream, made when asked

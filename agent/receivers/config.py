@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, conint
 
@@ -24,6 +24,9 @@ class ReceiverTlsConfig(StrictModel):
 
 class OtlpReceiverConfig(StrictModel):
     """The node's OTLP receiver, for applications' own spans, metrics and logs."""
+
+    section: ClassVar[str] = "otlp"  # its key under receivers:
+    summary: ClassVar[str] = "OTLP receiver."
 
     enabled: bool = Field(False, description="Accept OTLP from applications on this node (needs exporters.otlp).")
     address: str = Field("127.0.0.1", description="Bind address (the chart uses the node IP).")

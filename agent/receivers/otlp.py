@@ -172,8 +172,8 @@ class OtlpReceiver(Component):
             ctx.stats,
             ctx.node_attributes,
             ctx.traces,
-            ctx.forward.get("metrics"),
-            ctx.forward.get("logs"),
+            ctx.forward("metrics"),
+            ctx.forward("logs"),
             ctx.budget,
         )
 

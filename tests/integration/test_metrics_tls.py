@@ -36,14 +36,6 @@ pytestmark = pytest.mark.integration
 PASSWORD = "correct horse battery staple"
 
 
-class _Health:
-    def live(self) -> tuple[bool, str]:
-        return True, "live"
-
-    def ready(self) -> tuple[bool, str]:
-        return True, "ready"
-
-
 def _job(name: str, port: int, tls: dict[str, str], password: str) -> ScrapeJob:
     settings = {"scheme": "https", "tls_config": tls, "basic_auth": {"username": "prometheus", "password": password}}
     return ScrapeJob(name, [f"127.0.0.1:{port}"], settings=settings)
@@ -77,7 +69,7 @@ def test_prometheus_scrapes_metrics_over_tls_with_basic_auth(tmp_path: Path):
             }
         )
     )
-    exporter = PrometheusExporter(PrometheusConfig(port=0, web_config_file=web_config), Stats(), _Health(), "node-1")
+    exporter = PrometheusExporter(PrometheusConfig(port=0, web_config_file=web_config), Stats(), "node-1")
     exporter.start()
     prom: Server | None = None
     try:

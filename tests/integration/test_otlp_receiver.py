@@ -100,7 +100,7 @@ def test_bad_requests_get_the_right_status_and_are_counted(tmp_path):
         svc = agent(tmp_path, upstream.port, [], max_message_bytes=10_000)
         svc.start()
         try:
-            rx = svc.receiver
+            rx = svc.receivers["otlp"]
             base = f"http://127.0.0.1:{rx.http_port}"
 
             def post(path, body, ctype="application/x-protobuf", enc=None):
@@ -140,7 +140,7 @@ def test_rate_limit_per_connection(tmp_path):
         svc = agent(tmp_path, upstream.port, [], rate_limit_rps=2)
         svc.start()
         try:
-            channel = grpc.insecure_channel(f"127.0.0.1:{svc.receiver.grpc_port}")
+            channel = grpc.insecure_channel(f"127.0.0.1:{svc.receivers['otlp'].grpc_port}")
             call = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
             codes = []
             for _ in range(6):
@@ -202,7 +202,7 @@ def test_spans_with_malformed_ids_are_dropped_counted_and_reported(tmp_path):
         svc = agent(tmp_path, upstream.port, [])
         svc.start()
         try:
-            rx = svc.receiver
+            rx = svc.receivers["otlp"]
             http_req = urllib.request.Request(
                 f"http://127.0.0.1:{rx.http_port}/v1/traces",
                 data=body,

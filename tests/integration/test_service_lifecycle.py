@@ -211,7 +211,7 @@ def test_forwarders_are_labelled_by_signal_and_closed_within_the_deadline(tmp_pa
             metric.gauge.data_points.add().as_int = i
         for _ in range(2):
             post = urllib.request.Request(
-                f"http://127.0.0.1:{svc.receiver.http_port}/v1/metrics",
+                f"http://127.0.0.1:{svc.receivers['otlp'].http_port}/v1/metrics",
                 data=req.SerializeToString(),
                 headers={"Content-Type": "application/x-protobuf"},
             )

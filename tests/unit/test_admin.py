@@ -127,9 +127,9 @@ def socket_server(tmp_path):
     stats = Stats()
     asked: list[tuple[dict[str, str], str]] = []
 
-    def action(params: dict[str, str], who: str) -> tuple[int, dict]:
+    def action(params: dict[str, str], who: str) -> dict:
         asked.append((params, who))
-        return 202, {"queued": True}
+        return {"queued": True}
 
     def serve(allowed: list[int]) -> AdminSocketServer:
         server = AdminSocketServer(

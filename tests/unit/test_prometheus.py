@@ -18,6 +18,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from aaco.agent import __version__
+from aaco.agent.http import health_routes, routes
 from aaco.analyzers.kar import KarAnalyzer
 from aaco.analyzers.latency import ITERATION_LATENCY, LatencyAnalyzer
 from aaco.contract.errors import AacoError
@@ -188,7 +189,7 @@ def get(url: str, accept: str | None = None) -> tuple[int, str, str]:
 def served():
     stats = Stats()
     health = Health()
-    exp = PrometheusExporter(PrometheusConfig(port=0), stats, health, NODE)
+    exp = PrometheusExporter(PrometheusConfig(port=0), stats, NODE, health_routes(health))
     exp.start()
     try:
         yield exp, stats, health, f"http://127.0.0.1:{exp.port}"
@@ -250,7 +251,7 @@ def test_root_and_unknown_paths(served):
 
 def test_port_in_use_is_a_clear_error(served):
     exp, _, health, _ = served
-    other = PrometheusExporter(PrometheusConfig(port=exp.port), Stats(), health, NODE)
+    other = PrometheusExporter(PrometheusConfig(port=exp.port), Stats(), NODE, health_routes(health))
     with pytest.raises(AacoError, match="cannot serve metrics") as exc:
         other.start()
     assert exc.value.subject == "exporters.prometheus"
@@ -258,7 +259,7 @@ def test_port_in_use_is_a_clear_error(served):
 
 
 def test_shutdown_idempotent_and_stops_serving():
-    exp = PrometheusExporter(PrometheusConfig(port=0), Stats(), Health(), NODE)
+    exp = PrometheusExporter(PrometheusConfig(port=0), Stats(), NODE, health_routes(Health()))
     exp.start()
     url = f"http://127.0.0.1:{exp.port}/healthz"
     assert get(url)[0] == 200
@@ -269,7 +270,7 @@ def test_shutdown_idempotent_and_stops_serving():
 
 
 def test_shutdown_before_start_and_noop_contract():
-    exp = PrometheusExporter(PrometheusConfig(port=0), Stats(), Health(), NODE)
+    exp = PrometheusExporter(PrometheusConfig(port=0), Stats(), NODE, health_routes(Health()))
     exp.shutdown(1)
     exp.shutdown(1)
     assert exp.force_flush(1) is True
@@ -323,7 +324,10 @@ def serve_with(tmp_path: Path):
         stats = Stats()
         health = Health()
         exp = PrometheusExporter(
-            PrometheusConfig(port=0, web_config_file=path, **fields), stats, health, NODE, {"/api/v1/capture": None}
+            PrometheusConfig(port=0, web_config_file=path, **fields),
+            stats,
+            NODE,
+            routes(health, {"/api/v1/capture": lambda params, who: {}}, None),
         )
         exp.start()
         started.append(exp)
@@ -449,7 +453,7 @@ def test_a_broken_change_answers_500_but_probes_stay_open(serve_with, pki: Pki):
 
 def test_a_bad_web_config_file_stops_the_start(tmp_path: Path):
     path = write(tmp_path / "w.yml", {"tls_server_config": {"cert_file": "no.crt", "key_file": "no.key"}})
-    exp = PrometheusExporter(PrometheusConfig(port=0, web_config_file=path), Stats(), Health(), NODE)
+    exp = PrometheusExporter(PrometheusConfig(port=0, web_config_file=path), Stats(), NODE, health_routes(Health()))
     with pytest.raises(AacoError, match="cannot read") as exc:
         exp.start()
     assert exc.value.subject == str(tmp_path / "no.crt")

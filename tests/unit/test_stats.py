@@ -136,17 +136,10 @@ def test_declared_counters_are_on_metrics_from_the_start():
 
     from aaco.exporters.prometheus import PrometheusConfig, PrometheusExporter, _Collector
 
-    class Health:
-        def live(self):
-            return True, "live"
-
-        def ready(self):
-            return True, "ready"
-
     stats = Stats()
     declare_components(stats, sources=["replay"], exporters=["lake", "otlp"])
     registry = CollectorRegistry()
-    registry.register(_Collector(PrometheusExporter(PrometheusConfig(port=0), stats, Health(), "n1")))
+    registry.register(_Collector(PrometheusExporter(PrometheusConfig(port=0), stats, "n1")))
     text = generate_latest(registry).decode()
     assert 'aaco_export_errors_total{exporter="lake"} 0.0' in text
     assert 'aaco_export_errors_total{exporter="otlp"} 0.0' in text

@@ -29,6 +29,7 @@ import bisect
 import re
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -49,9 +50,11 @@ from aaco.agent.sources.traces.kineto_values import (
 )
 from aaco.agent.sources.traces.limits import TraceLimits
 from aaco.agent.sources.traces.parsed import ParsedTrace
+from aaco.agent.sources.traces.tables import const, typed_table
 from aaco.agent.sources.traces.whole import load_whole_json, rechunk
 from aaco.contract.clock import EPOCH_CEIL_NS, EPOCH_FLOOR_NS, ClockOffset
 from aaco.contract.ids import span_id, trace_id
+from aaco.contract.schemas import ITERATIONS, KERNELS
 
 FORMAT = "ort_profile"
 NS = 1000
@@ -101,6 +104,34 @@ def profile_extent_us(events: list[Any]) -> int:
     return end
 
 
+_CATEGORIES = ("Session", "Node", "Kernel")
+_NODE_SUFFIX = "_kernel_time"
+_NO_DIMS: tuple[int | None, ...] = (None, None, None)
+
+
+@dataclass(frozen=True)
+class _Labels:
+    """What every row of one profile carries (the caller's names for it)."""
+
+    node: str
+    identity: str
+    run_id: str
+    model: str
+    source: str
+    graph_nodes: int | None
+    graph_nodes_optimized: int | None
+    provider: str | None
+
+
+@dataclass
+class _Events:
+    """The events of a profile that count, by category (times in profile microseconds)."""
+
+    runs: list[tuple[int, int, int, int]] = field(default_factory=list)  # ts, dur, pid, tid
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    kernels: list[dict[str, Any]] = field(default_factory=list)
+
+
 def parse_ort_profile(
     events: list[Any],
     *,
@@ -118,33 +149,53 @@ def parse_ort_profile(
     """Turn profile events into iterations and kernels (``skip_runs`` first runs are warmup, left out)."""
     if not isinstance(events, list):
         raise ValueError("an ONNX Runtime profile is a JSON list of events")
+    labels = _Labels(node, identity, run_id, model, source, graph_nodes, graph_nodes_optimized, provider)
     skipped: Counter[str] = Counter()
     off = clock.offset_ns
-    runs: list[tuple[int, int, int, int]] = []  # ts, dur, pid, tid
-    nodes: list[dict[str, Any]] = []
-    kernels: list[dict[str, Any]] = []
+    found = _collect(events, off, skipped)
+    window = _RunWindow(found.runs, skip_runs, skipped)
+    if window.all_warmup:  # a cycle stopped before its timed runs: nothing of it is published
+        found.nodes, found.kernels = [], []
+    rows = _KernelRows(off)
+    launches = _node_rows(found, window, rows)
+    _gpu_kernel_rows(found.kernels, launches, window, rows)
+    pids = tuple(sorted({r[2] for r in window.kept_runs if r[2] >= 0}))
+    return ParsedTrace(FORMAT, rows.table(labels), _iterations(window.kept_runs, off, labels), clock, skipped, pids)
+
+
+def _usable(ev: Any, off: int, skipped: Counter[str]) -> tuple[str, int, int, str, dict[str, Any]] | None:
+    """(category, ts, dur, name, args) of an event of a category that counts; None, counted when bad."""
+    if not isinstance(ev, dict):
+        skipped["not_an_event"] += 1
+        return None
+    cat = ev.get("cat")
+    if cat not in _CATEGORIES:
+        return None
+    ts, dur = _us(ev.get("ts")), _us(ev.get("dur"))
+    if ts is None or dur is None or ts < 0 or dur < 0:
+        skipped["bad_time"] += 1
+        return None
+    if ts + dur > MAX_PROFILE_US or not (_in_epoch(off + ts * NS) and _in_epoch(off + (ts + dur) * NS)):
+        skipped[TIME_OUT_OF_RANGE] += 1
+        return None
+    name = ev.get("name")
+    if not isinstance(name, str):
+        skipped["bad_name"] += 1
+        return None
+    if not name_ok(name):
+        skipped[name_reason(name)] += 1
+        return None
+    args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+    return cat, ts, dur, name, args
+
+
+def _collect(events: list[Any], off: int, skipped: Counter[str]) -> _Events:
+    """Runs, operator nodes and GPU kernels of the profile, bad events counted and left out."""
+    out = _Events()
     for ev in events:
-        if not isinstance(ev, dict):
-            skipped["not_an_event"] += 1
+        if (usable := _usable(ev, off, skipped)) is None:
             continue
-        cat = ev.get("cat")
-        if cat not in ("Session", "Node", "Kernel"):
-            continue
-        ts, dur = _us(ev.get("ts")), _us(ev.get("dur"))
-        if ts is None or dur is None or ts < 0 or dur < 0:
-            skipped["bad_time"] += 1
-            continue
-        if ts + dur > MAX_PROFILE_US or not (_in_epoch(off + ts * NS) and _in_epoch(off + (ts + dur) * NS)):
-            skipped[TIME_OUT_OF_RANGE] += 1
-            continue
-        name = ev.get("name")
-        if not isinstance(name, str):
-            skipped["bad_name"] += 1
-            continue
-        if not name_ok(name):
-            skipped[name_reason(name)] += 1
-            continue
-        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        cat, ts, dur, name, args = usable
         try:
             pid, tid = need_int(ev.get("pid")), need_int(ev.get("tid"))
             device = _int_arg(args, None, "device", "device_id") if cat == "Kernel" else None
@@ -152,206 +203,156 @@ def parse_ort_profile(
         except IntOutOfRangeError:
             skipped[INT_OUT_OF_RANGE] += 1
             continue
+        common = {"ts": ts, "dur": dur, "pid": pid, "tid": tid, "op": None}
         if cat == "Session":
             if name == "model_run":
-                runs.append((ts, dur, pid if pid is not None else -1, tid if tid is not None else -1))
+                out.runs.append((ts, dur, pid if pid is not None else -1, tid if tid is not None else -1))
         elif cat == "Node":
-            if name.endswith("_kernel_time"):
-                nodes.append(
-                    {
-                        "ts": ts,
-                        "dur": dur,
-                        "pid": pid,
-                        "tid": tid,
-                        "node": name[: -len("_kernel_time")],
-                        "op": _aux_name(args.get("op_name"), skipped),
-                        "provider": args.get("provider"),
-                    }
-                )
+            if name.endswith(_NODE_SUFFIX):
+                node = {**common, "node": name[: -len(_NODE_SUFFIX)], "provider": args.get("provider")}
+                node["op"] = _aux_name(args.get("op_name"), skipped)
+                out.nodes.append(node)
         else:
-            kernels.append(
-                {
-                    "ts": ts,
-                    "dur": dur,
-                    "pid": pid,
-                    "tid": tid,
-                    "name": name,
-                    "device": device,
-                    "stream": stream,
-                    "op": _aux_name(args.get("op_name"), skipped),
-                    "parent": _aux_name(args.get("parent_name"), skipped),
-                    "grid": tuple(_int_arg(args, skipped, f"grid_{a}") for a in "xyz"),
-                    "block": tuple(_int_arg(args, skipped, f"block_{a}") for a in "xyz"),
-                }
-            )
+            kernel = {**common, "name": name, "device": device, "stream": stream}
+            kernel["op"] = _aux_name(args.get("op_name"), skipped)
+            kernel["parent"] = _aux_name(args.get("parent_name"), skipped)
+            kernel["grid"] = tuple(_int_arg(args, skipped, f"grid_{a}") for a in "xyz")
+            kernel["block"] = tuple(_int_arg(args, skipped, f"block_{a}") for a in "xyz")
+            out.kernels.append(kernel)
+    return out
 
-    runs.sort()
-    kept_runs = runs[skip_runs:]
-    first_ts = kept_runs[0][0] if kept_runs else None
-    if skip_runs and not kept_runs:
-        # Every run was warmup (a cycle stopped before its timed runs): nothing of it is published.
-        nodes, kernels = [], []
-    # Work from the first warmup run on is warmup, left out by request; work before every run is counted.
-    warm_from = runs[0][0] if skip_runs and runs else first_ts
 
-    def kept(ts: int) -> bool:
-        if first_ts is None or ts >= first_ts:
+class _RunWindow:
+    """Which work counts: from the first kept run on.
+
+    Earlier work is warmup left out on request (from the first warmup run on) or work before every
+    run (counted ``before_first_run``).
+    """
+
+    def __init__(self, runs: list[tuple[int, int, int, int]], skip_runs: int, skipped: Counter[str]) -> None:
+        runs = sorted(runs)
+        self.kept_runs = runs[skip_runs:]
+        self.first_ts = self.kept_runs[0][0] if self.kept_runs else None
+        self.all_warmup = bool(skip_runs) and not self.kept_runs
+        self.warm_from = runs[0][0] if skip_runs and runs else self.first_ts
+        self._skipped = skipped
+
+    def kept(self, ts: int) -> bool:
+        """Whether work starting at ``ts`` counts (work before every run is counted as skipped)."""
+        if self.first_ts is None or ts >= self.first_ts:
             return True
-        if warm_from is None or ts < warm_from:
-            skipped["before_first_run"] += 1
+        if self.warm_from is None or ts < self.warm_from:
+            self._skipped["before_first_run"] += 1
         return False
 
-    it_rows = {k: [] for k in ("start_ns", "end_ns", "pid", "tid", "iteration", "trace_id", "span_id")}
-    for i, (ts, dur, pid, tid) in enumerate(kept_runs):
-        it_rows["start_ns"].append(off + ts * NS)
-        it_rows["end_ns"].append(off + (ts + dur) * NS)
-        it_rows["pid"].append(pid)
-        it_rows["tid"].append(tid)
-        it_rows["iteration"].append(i)
-        it_rows["trace_id"].append(trace_id(node, identity, i))
-        it_rows["span_id"].append(span_id(node, identity, i))
-    n_it = len(kept_runs)
-    iterations = pa.table(
+
+def _iterations(runs: list[tuple[int, int, int, int]], off: int, labels: _Labels) -> pa.Table:
+    """One iteration per kept ``model_run``, in time order."""
+    n = len(runs)
+    return typed_table(
+        ITERATIONS,
         {
-            **{k: pa.array(v, type=pa.int64()) for k, v in it_rows.items() if k not in ("trace_id", "span_id")},
-            "trace_id": pa.array(it_rows["trace_id"], type=pa.string()),
-            "span_id": pa.array(it_rows["span_id"], type=pa.string()),
-            "node": pa.array([node] * n_it, type=pa.string()),
-            "model": pa.array([model] * n_it, type=pa.string()),
-            "run_id": pa.array([run_id] * n_it, type=pa.string()),
-            "source": pa.array([source] * n_it, type=pa.string()),
-            "name": pa.array(["model_run"] * n_it, type=pa.string()),
-            "graph_nodes": pa.array([graph_nodes] * n_it, type=pa.int64()),
-            "graph_nodes_optimized": pa.array([graph_nodes_optimized] * n_it, type=pa.int64()),
-            "provider": pa.array([provider] * n_it, type=pa.string()),
-        }
+            "start_ns": [off + ts * NS for ts, _, _, _ in runs],
+            "end_ns": [off + (ts + dur) * NS for ts, dur, _, _ in runs],
+            "pid": [r[2] for r in runs],
+            "tid": [r[3] for r in runs],
+            "iteration": list(range(n)),
+            "trace_id": [trace_id(labels.node, labels.identity, i) for i in range(n)],
+            "span_id": [span_id(labels.node, labels.identity, i) for i in range(n)],
+            "node": const(labels.node, n),
+            "model": const(labels.model, n),
+            "run_id": const(labels.run_id, n),
+            "source": const(labels.source, n),
+            "name": const("model_run", n),
+            "graph_nodes": const(labels.graph_nodes, n, pa.int64()),
+            "graph_nodes_optimized": const(labels.graph_nodes_optimized, n, pa.int64()),
+            "provider": const(labels.provider, n),
+        },
     )
 
-    rows: dict[str, list[Any]] = {
-        k: []
-        for k in (
-            "start_ns",
-            "end_ns",
-            "pid",
-            "tid",
-            "device",
-            "stream",
-            "name",
-            "kind",
-            "op_name",
-            "graph_node",
-            "launch_start_ns",
-            "launch_end_ns",
-            "grid_x",
-            "grid_y",
-            "grid_z",
-            "workgroup_x",
-            "workgroup_y",
-            "workgroup_z",
-        )
-    }
 
-    def add(
-        ts: int,
-        dur: int,
-        pid: Any,
-        tid: Any,
-        device: str,
-        stream: int | None,
-        name: str,
-        op: Any,
-        gnode: Any,
-        launch: tuple[int, int] | None,
-        grid: tuple,
-        block: tuple,
-    ) -> None:
-        rows["start_ns"].append(off + ts * NS)
-        rows["end_ns"].append(off + (ts + dur) * NS)
-        rows["pid"].append(pid)
-        rows["tid"].append(tid)
-        rows["device"].append(device)
-        rows["stream"].append(stream)
-        rows["name"].append(name)
-        rows["kind"].append("memcpy" if "memcpy" in name.lower() else "kernel")
-        rows["op_name"].append(op if isinstance(op, str) else None)
-        rows["graph_node"].append(gnode if isinstance(gnode, str) else None)
-        rows["launch_start_ns"].append(None if launch is None else off + launch[0] * NS)
-        rows["launch_end_ns"].append(None if launch is None else off + launch[1] * NS)
-        for axis, v in zip("xyz", grid, strict=True):
-            rows[f"grid_{axis}"].append(v)
-        for axis, v in zip("xyz", block, strict=True):
-            rows[f"workgroup_{axis}"].append(v)
+class _KernelRows:
+    """Kernel rows gathered as the columns of the kernels schema, times converted to epoch ns."""
 
-    gpu_kernels_present = bool(kernels)
-    launches: dict[str, list[dict[str, Any]]] = {}  # node name -> its launches in time order
-    for nd in nodes:
-        if nd["provider"] == CPU_PROVIDER or not gpu_kernels_present:
-            if not kept(nd["ts"]):
-                continue
-            device = "cpu" if nd["provider"] in (CPU_PROVIDER, None) else "gpu"
-            op = nd["op"]
-            add(
-                nd["ts"],
-                nd["dur"],
-                nd["pid"],
-                nd["tid"],
-                device,
-                None,
-                op if isinstance(op, str) else nd["node"],
-                op,
-                nd["node"],
-                None,
-                (None,) * 3,
-                (None,) * 3,
-            )
-        elif first_ts is None or nd["ts"] >= first_ts:
+    _COLUMNS = (
+        *("start_ns", "end_ns", "pid", "tid", "device", "stream", "name", "kind", "op_name", "graph_node"),
+        *("launch_start_ns", "launch_end_ns", "grid_x", "grid_y", "grid_z"),
+        *("workgroup_x", "workgroup_y", "workgroup_z"),
+    )
+
+    def __init__(self, off: int) -> None:
+        self.off = off
+        self.cols: dict[str, list[Any]] = {k: [] for k in self._COLUMNS}
+
+    def add(self, ev: dict[str, Any], *, device: str, name: str, graph_node: Any, launch: Any = None) -> None:
+        """One row from an event (``ts``, ``dur``, ``pid``, ``tid``, ``op``; ``stream``, ``grid``, ``block``)."""
+        c, off, op = self.cols, self.off, ev["op"]
+        c["start_ns"].append(off + ev["ts"] * NS)
+        c["end_ns"].append(off + (ev["ts"] + ev["dur"]) * NS)
+        c["pid"].append(ev["pid"])
+        c["tid"].append(ev["tid"])
+        c["device"].append(device)
+        c["stream"].append(ev.get("stream"))
+        c["name"].append(name)
+        c["kind"].append("memcpy" if "memcpy" in name.lower() else "kernel")
+        c["op_name"].append(op if isinstance(op, str) else None)
+        c["graph_node"].append(graph_node if isinstance(graph_node, str) else None)
+        c["launch_start_ns"].append(None if launch is None else off + launch[0] * NS)
+        c["launch_end_ns"].append(None if launch is None else off + launch[1] * NS)
+        for axis, g, b in zip("xyz", ev.get("grid", _NO_DIMS), ev.get("block", _NO_DIMS), strict=True):
+            c[f"grid_{axis}"].append(g)
+            c[f"workgroup_{axis}"].append(b)
+
+    def table(self, labels: _Labels) -> pa.Table:
+        """The rows in start order, with the columns every row carries."""
+        n = len(self.cols["start_ns"])
+        order = np.argsort(np.asarray(self.cols["start_ns"], dtype=np.int64), kind="stable") if n else np.arange(0)
+        cols: dict[str, Any] = {
+            **self.cols,
+            "node": const(labels.node, n),
+            "source": const(labels.source, n),
+            "run_id": const(labels.run_id, n),
+            "correlation_id": pa.nulls(n, pa.int64()),
+        }
+        return typed_table(KERNELS, cols).take(pa.array(order))
+
+
+def _node_rows(found: _Events, window: _RunWindow, rows: _KernelRows) -> dict[str, list[dict[str, Any]]]:
+    """Rows for the nodes that are the kernels (CPU provider, or no GPU kernels in the profile).
+
+    Returns the other nodes, the launches of GPU kernels: node name -> its launches in time order.
+    """
+    launches: dict[str, list[dict[str, Any]]] = {}
+    for nd in found.nodes:
+        if nd["provider"] == CPU_PROVIDER or not found.kernels:
+            if window.kept(nd["ts"]):
+                device = "cpu" if nd["provider"] in (CPU_PROVIDER, None) else "gpu"
+                name = nd["op"] if isinstance(nd["op"], str) else nd["node"]
+                rows.add(nd, device=device, name=name, graph_node=nd["node"])
+        elif window.first_ts is None or nd["ts"] >= window.first_ts:
             launches.setdefault(nd["node"], []).append(nd)
     for lst in launches.values():
         lst.sort(key=lambda e: e["ts"])
+    return launches
+
+
+def _gpu_kernel_rows(
+    kernels: list[dict[str, Any]], launches: dict[str, list[dict[str, Any]]], window: _RunWindow, rows: _KernelRows
+) -> None:
+    """Rows for the GPU kernels, each with the launch of its parent node in its own run."""
     launch_ts = {name: [nd["ts"] for nd in lst] for name, lst in launches.items()}
     for k in sorted(kernels, key=lambda e: e["ts"]):
-        if not kept(k["ts"]):
+        if not window.kept(k["ts"]):
             continue
-        parent = k["parent"]
-        launch = None
+        parent, launch = k["parent"], None
         if parent is not None and parent in launches:
             # the latest launch of this node that started before the kernel: its own run's launch
             i = bisect.bisect_right(launch_ts[parent], k["ts"]) - 1
             if i >= 0:
                 nd = launches[parent][i]
                 launch = (nd["ts"], nd["ts"] + nd["dur"])
-        add(
-            k["ts"],
-            k["dur"],
-            k["pid"],
-            k["tid"],
-            str(k["device"]) if k["device"] is not None else "0",
-            k["stream"],
-            k["name"],
-            k["op"],
-            parent,
-            launch,
-            k["grid"],
-            k["block"],
-        )
-    n = len(rows["start_ns"])
-    order = np.argsort(np.asarray(rows["start_ns"], dtype=np.int64), kind="stable") if n else np.arange(0)
-    table = pa.table(
-        {
-            **{
-                k: pa.array(v, type=pa.int64())
-                for k, v in rows.items()
-                if k not in ("device", "name", "kind", "op_name", "graph_node")
-            },
-            **{k: pa.array(rows[k], type=pa.string()) for k in ("device", "name", "kind", "op_name", "graph_node")},
-            "node": pa.array([node] * n, type=pa.string()),
-            "source": pa.array([source] * n, type=pa.string()),
-            "run_id": pa.array([run_id] * n, type=pa.string()),
-            "correlation_id": pa.nulls(n, type=pa.int64()),
-        }
-    ).take(pa.array(order))
-    pids = tuple(sorted({r[2] for r in kept_runs if r[2] >= 0}))
-    return ParsedTrace(FORMAT, table, iterations, clock, skipped, pids)
+        device = str(k["device"]) if k["device"] is not None else "0"
+        rows.add(k, device=device, name=k["name"], graph_node=parent, launch=launch)
 
 
 # Categories ONNX Runtime writes into its profile (a JSON list of Chrome-trace events).

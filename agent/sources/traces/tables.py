@@ -30,6 +30,18 @@ def const(value: Any, n: int, type_: pa.DataType = STR) -> pa.Array:
     return pa.repeat(pa.scalar(value, type_), n)
 
 
+def typed_table(schema: pa.Schema, columns: dict[str, Any]) -> pa.Table:
+    """A table of ``columns`` (lists or arrays) typed as ``schema`` declares them; an undeclared column raises."""
+    return pa.table(
+        {
+            name: values
+            if isinstance(values, pa.Array | pa.ChunkedArray)
+            else pa.array(values, schema.field(name).type)
+            for name, values in columns.items()
+        }
+    )
+
+
 def stamp_kernels(cols: dict[str, pa.Array], n: int, ctx: TraceContext, kind: str | pa.Array) -> pa.Table:
     """A kernels table from ``cols`` plus the columns every row carries (node, source, run_id)."""
     out = dict(cols)

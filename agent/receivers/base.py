@@ -35,7 +35,7 @@ class ReceiverContext:
     """Everything a receiver's factory takes besides its own settings."""
 
     stats: Stats
-    budget: ByteBudget
+    budget: ByteBudget | None = None  # the agent's one budget for OTLP data (None: the receiver's own)
     node_attributes: Mapping[str, object] = field(default_factory=dict)
     traces: SpanSink | None = None
     forward: Callable[[str], Forwarder | None] = lambda _signal: None  # a signal's queue upstream, made when asked

@@ -138,7 +138,6 @@ def kineto_clock(
 def _collect(events: list[Any], skipped: Counter[str]) -> _Events:
     """One pass over the events: GPU work, launches, operator names, steps, process metadata."""
     out = _Events()
-    gpu, launch = out.gpu, out.launch
     for ev in events:
         if not isinstance(ev, dict):
             skipped["not_an_event"] += 1
@@ -156,71 +155,98 @@ def _collect(events: list[Any], skipped: Counter[str]) -> _Events:
             continue
         out.ends.append(ts + dur)
         args = ev.get("args")
-        if not isinstance(args, dict):
-            args = {}
-        name = ev.get("name")
         try:
-            if role == "gpu":
-                if not isinstance(name, str):
-                    skipped["bad_name"] += 1
-                    continue
-                if not name_ok(name):
-                    skipped[name_reason(name)] += 1
-                    continue
-                corr = need_int(args.get("correlation"))
-                lane, lane_tid = need_int(ev.get("pid")), need_int(ev.get("tid"))
-                device, stream = need_int(args.get("device")), need_int(args.get("stream"))
-                if lane is not None:
-                    out.gpu_lanes.add(lane)
-                gpu["name"].append(name)
-                gpu["kind"].append(GPU_KINDS[ev["cat"]])
-                gpu["device"].append(device if device is not None else lane)
-                gpu["stream"].append(stream if stream is not None else lane_tid)
-                gpu["correlation_id"].append(corr)
-                gpu["ext"].append(opt_int(args.get("External id"), skipped))
-                gpu["bytes"].append(opt_int(args.get("bytes"), skipped))
-                for prefix, value in (("grid", args.get("grid")), ("workgroup", args.get("block"))):
-                    for axis, v in zip("xyz", _dims(value, skipped), strict=True):
-                        gpu[f"{prefix}_{axis}"].append(v)
-                out.gpu_ts.append(ts)
-                out.gpu_dur.append(dur)
-            elif role == "launch":
-                pid = need_int(ev.get("pid"))
-                if pid is not None:
-                    out.launch_pids.add(pid)
-                corr, tid = need_int(args.get("correlation")), need_int(ev.get("tid"))
-                if corr is None:
-                    continue
-                if isinstance(name, str) and not name_ok(name):
-                    skipped[name_reason(name)] += 1
-                    name = None
-                row = (corr, pid, tid, ts, dur, name if isinstance(name, str) else None)
-                for key, value in zip(launch, row, strict=True):
-                    launch[key].append(value)
-            elif role == "op":
-                pid = need_int(ev.get("pid"))
-                if pid is not None:
-                    out.op_pids.add(pid)
-                ext = need_int(args.get("External id"))
-                if ext is not None and isinstance(name, str) and ext not in out.ops:
-                    if name_ok(name):
-                        out.ops[ext] = name
-                    else:
-                        skipped[name_reason(name)] += 1
-            elif isinstance(name, str) and name.startswith(_STEP_PREFIX):
-                if not name_ok(name):
-                    skipped[name_reason(name)] += 1
-                    continue
-                m = _STEP.match(name)
-                if m is None:
-                    continue
-                if len(m.group(1)) > 19:
-                    raise IntOutOfRangeError(m.group(1))
-                step = need_int(m.group(1))
-                out.steps.append((step or 0, ts, dur, need_int(ev.get("pid")), need_int(ev.get("tid"))))
+            _ADD.get(role, _add_step)(out, ev, ts, dur, args if isinstance(args, dict) else {}, skipped)
         except IntOutOfRangeError:
             skipped[INT_OUT_OF_RANGE] += 1
     return out
+
+
+def _add_gpu(
+    out: _Events, ev: dict[str, Any], ts: float, dur: float, args: dict[str, Any], skipped: Counter[str]
+) -> None:
+    """A kernel, memcpy or memset on a GPU lane."""
+    name = ev.get("name")
+    if not isinstance(name, str):
+        skipped["bad_name"] += 1
+        return
+    if not name_ok(name):
+        skipped[name_reason(name)] += 1
+        return
+    gpu = out.gpu
+    corr = need_int(args.get("correlation"))
+    lane, lane_tid = need_int(ev.get("pid")), need_int(ev.get("tid"))
+    device, stream = need_int(args.get("device")), need_int(args.get("stream"))
+    if lane is not None:
+        out.gpu_lanes.add(lane)
+    gpu["name"].append(name)
+    gpu["kind"].append(GPU_KINDS[ev["cat"]])
+    gpu["device"].append(device if device is not None else lane)
+    gpu["stream"].append(stream if stream is not None else lane_tid)
+    gpu["correlation_id"].append(corr)
+    gpu["ext"].append(opt_int(args.get("External id"), skipped))
+    gpu["bytes"].append(opt_int(args.get("bytes"), skipped))
+    for prefix, value in (("grid", args.get("grid")), ("workgroup", args.get("block"))):
+        for axis, v in zip("xyz", _dims(value, skipped), strict=True):
+            gpu[f"{prefix}_{axis}"].append(v)
+    out.gpu_ts.append(ts)
+    out.gpu_dur.append(dur)
+
+
+def _add_launch(
+    out: _Events, ev: dict[str, Any], ts: float, dur: float, args: dict[str, Any], skipped: Counter[str]
+) -> None:
+    """A runtime call that launched GPU work (by correlation id)."""
+    pid = need_int(ev.get("pid"))
+    if pid is not None:
+        out.launch_pids.add(pid)
+    corr, tid = need_int(args.get("correlation")), need_int(ev.get("tid"))
+    if corr is None:
+        return
+    name = ev.get("name")
+    if isinstance(name, str) and not name_ok(name):
+        skipped[name_reason(name)] += 1
+        name = None
+    row = (corr, pid, tid, ts, dur, name if isinstance(name, str) else None)
+    for key, value in zip(out.launch, row, strict=True):
+        out.launch[key].append(value)
+
+
+def _add_op(
+    out: _Events, ev: dict[str, Any], ts: float, dur: float, args: dict[str, Any], skipped: Counter[str]
+) -> None:
+    """A framework operator: its name, by External id, for the kernels it ran."""
+    pid = need_int(ev.get("pid"))
+    if pid is not None:
+        out.op_pids.add(pid)
+    ext, name = need_int(args.get("External id")), ev.get("name")
+    if ext is not None and isinstance(name, str) and ext not in out.ops:
+        if name_ok(name):
+            out.ops[ext] = name
+        else:
+            skipped[name_reason(name)] += 1
+
+
+def _add_step(
+    out: _Events, ev: dict[str, Any], ts: float, dur: float, args: dict[str, Any], skipped: Counter[str]
+) -> None:
+    """A ``ProfilerStep#N`` annotation: an iteration."""
+    name = ev.get("name")
+    if not isinstance(name, str) or not name.startswith(_STEP_PREFIX):
+        return
+    if not name_ok(name):
+        skipped[name_reason(name)] += 1
+        return
+    m = _STEP.match(name)
+    if m is None:
+        return
+    if len(m.group(1)) > 19:
+        raise IntOutOfRangeError(m.group(1))
+    step = need_int(m.group(1))
+    out.steps.append((step or 0, ts, dur, need_int(ev.get("pid")), need_int(ev.get("tid"))))
+
+
+_ADD = {"gpu": _add_gpu, "launch": _add_launch, "op": _add_op}
 
 
 def _launch_table(launch: dict[str, list[Any]], offset_ns: int, skipped: Counter[str]) -> LaunchTable:

@@ -356,13 +356,13 @@ def _sched(result: AnalyzerResult | None, node: str, m: _Model) -> dict[str, flo
     workloads = getattr(result, "workloads", None)
     if not workloads or not m.pids:
         return {}
-    mine = [w for w in workloads if w.get("node") == node and w.get("pid") in m.pids and not w.get("exited")]
+    mine = [w for w in workloads if w.node == node and w.pid in m.pids and not w.exited]
     if not mine:
         return {}
-    interference = [w["interference_ratio"] for w in mine if w.get("interference_ratio") is not None]
-    penalty = [w["fault_penalty_index"] for w in mine if w.get("fault_penalty_index") is not None]
-    switches = sum(int(w.get("context_switches") or 0) for w in mine)
-    involuntary = sum(int(w.get("involuntary") or 0) for w in mine)
+    interference = [w.interference_ratio for w in mine if w.interference_ratio is not None]
+    penalty = [w.fault_penalty_index for w in mine if w.fault_penalty_index is not None]
+    switches = sum(w.context_switches for w in mine)
+    involuntary = sum(w.involuntary for w in mine)
     return {
         "sched_interference_index": max(interference) if interference else None,
         "fault_penalty_index": max(penalty) if penalty else None,

@@ -25,7 +25,7 @@ analyzer is pure: data time only, no clocks, no I/O.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -144,6 +144,39 @@ def fault_penalty_index(
     return faults / (interval_ns / 1e9) * weight
 
 
+@dataclass(frozen=True)
+class SchedWorkload:
+    """One process's (or a node's ``other`` bucket's) totals and latest indices, as the snapshot reports them."""
+
+    node: str
+    pid: int | None  # None: the "other" bucket
+    comm: str
+    context_switches: int
+    voluntary: int
+    involuntary: int
+    runqueue_latency_p50_s: float | None
+    runqueue_latency_p99_s: float | None
+    runqueue_wait_s: float
+    runqueue_waits: int
+    oncpu_s: float
+    offcpu_s: float
+    page_faults: int
+    major_page_faults: int
+    fault_offcpu_s: float
+    interference_ratio: float | None  # the latest interval's
+    fault_penalty_index: float | None  # the latest interval's
+    interference_ratio_overall: float
+    fault_penalty_index_overall: float
+    threads: int
+    interval_s: float
+    last_ts_ns: int
+    exited: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (every field, in order)."""
+        return asdict(self)
+
+
 @dataclass
 class _Workload:
     node: str
@@ -170,34 +203,35 @@ class _Workload:
         self.fault_weighted += other.fault_weighted
         self.last_ts = max(self.last_ts, other.last_ts)
 
-    def to_dict(self) -> dict[str, Any]:
+    def row(self) -> SchedWorkload:
+        """The snapshot's row for this workload."""
         s = self.sums
         overall_fpi = self.fault_weighted / (self.duration_ns / 1e9) if self.duration_ns > 0 else 0.0
-        return {
-            "node": self.node,
-            "pid": self.pid,
-            "comm": self.comm,
-            "context_switches": int(s[VOLUNTARY] + s[INVOLUNTARY]),
-            "voluntary": int(s[VOLUNTARY]),
-            "involuntary": int(s[INVOLUNTARY]),
-            "runqueue_latency_p50_s": log2_quantile(self.slots, 0.50),
-            "runqueue_latency_p99_s": log2_quantile(self.slots, 0.99),
-            "runqueue_wait_s": s[RQ_WAIT] / 1e9,
-            "runqueue_waits": int(s[RQ_WAITS]),
-            "oncpu_s": s[ONCPU] / 1e9,
-            "offcpu_s": s[OFFCPU] / 1e9,
-            "page_faults": int(s[FAULTS]),
-            "major_page_faults": int(s[MAJOR_FAULTS]),
-            "fault_offcpu_s": s[FAULT_OFFCPU] / 1e9,
-            "interference_ratio": self.interference,
-            "fault_penalty_index": self.fault_penalty,
-            "interference_ratio_overall": min(1.0, s[RQ_WAIT] / self.busy_wall_ns) if self.busy_wall_ns else 0.0,
-            "fault_penalty_index_overall": overall_fpi,
-            "threads": self.threads,
-            "interval_s": self.interval_ns / 1e9,
-            "last_ts_ns": self.last_ts,
-            "exited": self.exited_ts is not None,
-        }
+        return SchedWorkload(
+            node=self.node,
+            pid=self.pid,
+            comm=self.comm,
+            context_switches=int(s[VOLUNTARY] + s[INVOLUNTARY]),
+            voluntary=int(s[VOLUNTARY]),
+            involuntary=int(s[INVOLUNTARY]),
+            runqueue_latency_p50_s=log2_quantile(self.slots, 0.50),
+            runqueue_latency_p99_s=log2_quantile(self.slots, 0.99),
+            runqueue_wait_s=s[RQ_WAIT] / 1e9,
+            runqueue_waits=int(s[RQ_WAITS]),
+            oncpu_s=s[ONCPU] / 1e9,
+            offcpu_s=s[OFFCPU] / 1e9,
+            page_faults=int(s[FAULTS]),
+            major_page_faults=int(s[MAJOR_FAULTS]),
+            fault_offcpu_s=s[FAULT_OFFCPU] / 1e9,
+            interference_ratio=self.interference,
+            fault_penalty_index=self.fault_penalty,
+            interference_ratio_overall=min(1.0, s[RQ_WAIT] / self.busy_wall_ns) if self.busy_wall_ns else 0.0,
+            fault_penalty_index_overall=overall_fpi,
+            threads=self.threads,
+            interval_s=self.interval_ns / 1e9,
+            last_ts_ns=self.last_ts,
+            exited=self.exited_ts is not None,
+        )
 
     def histogram(self) -> HistogramValue:
         cum = np.cumsum(self.slots)
@@ -209,29 +243,29 @@ class _Workload:
 class SchedResult:
     """Per-process totals and latest indices, and the ``other`` buckets."""
 
-    workloads: tuple[dict[str, Any], ...]
-    others: tuple[dict[str, Any], ...]
+    workloads: tuple[SchedWorkload, ...]
+    others: tuple[SchedWorkload, ...]
     _hist: tuple[tuple[dict[str, str], HistogramValue], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """``{"workloads": [...], "other": [...]}``, one object per process (or node, for other)."""
-        return {"workloads": list(self.workloads), "other": list(self.others)}
+        return {"workloads": [w.to_dict() for w in self.workloads], "other": [w.to_dict() for w in self.others]}
 
     def points(self) -> list[MetricPoint]:
         """Counters and the histogram for every labelled process and ``other``; indices for live processes."""
         pb = PointBuilder()
         for w in (*self.workloads, *self.others):
-            labels = {"node": w["node"], "comm": w["comm"], "pid": OTHER if w["pid"] is None else str(w["pid"])}
-            pb.add(SWITCHES, w["voluntary"], kind="voluntary", **labels)
-            pb.add(SWITCHES, w["involuntary"], kind="involuntary", **labels)
-            pb.add(ONCPU_TIME, w["oncpu_s"], **labels)
-            pb.add(OFFCPU_TIME, w["offcpu_s"], **labels)
-            pb.add(PAGE_FAULTS, w["page_faults"], **labels)
-            if w["pid"] is not None and not w["exited"]:
-                if w["interference_ratio"] is not None:
-                    pb.add(INTERFERENCE, w["interference_ratio"], **labels)
-                if w["fault_penalty_index"] is not None:
-                    pb.add(FAULT_PENALTY, w["fault_penalty_index"], **labels)
+            labels = {"node": w.node, "comm": w.comm, "pid": OTHER if w.pid is None else str(w.pid)}
+            pb.add(SWITCHES, w.voluntary, kind="voluntary", **labels)
+            pb.add(SWITCHES, w.involuntary, kind="involuntary", **labels)
+            pb.add(ONCPU_TIME, w.oncpu_s, **labels)
+            pb.add(OFFCPU_TIME, w.offcpu_s, **labels)
+            pb.add(PAGE_FAULTS, w.page_faults, **labels)
+            if w.pid is not None and not w.exited:
+                if w.interference_ratio is not None:
+                    pb.add(INTERFERENCE, w.interference_ratio, **labels)
+                if w.fault_penalty_index is not None:
+                    pb.add(FAULT_PENALTY, w.fault_penalty_index, **labels)
         for labels, hist in self._hist:
             pb.add(RUNQUEUE_LATENCY, hist, **labels)
         return pb.points
@@ -383,7 +417,7 @@ class SchedAnalyzer(Analyzer):
             labels = {"node": w.node, "comm": w.comm, "pid": OTHER if w.pid is None else str(w.pid)}
             hist.append((labels, w.histogram()))
         return SchedResult(
-            tuple(w.to_dict() for w in self._live.values()),
-            tuple(w.to_dict() for w in self._other.values()),
+            tuple(w.row() for w in self._live.values()),
+            tuple(w.row() for w in self._other.values()),
             tuple(hist),
         )

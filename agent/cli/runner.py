@@ -118,7 +118,8 @@ def run_service(
     report_input: bool = True,
 ) -> AgentService:
     """Run the service until stopped (or done); with ``report_input``, say what OTLP lost; exit 2 on damaged input."""
-    from aaco.agent.service import AgentService, run_until_stopped
+    from aaco.agent.main_loop import run_until_stopped
+    from aaco.agent.service import AgentService
 
     keep_pandas_out()
     bars = RichProgress(err_console) if progress and err_console.is_terminal else None

@@ -119,7 +119,7 @@ def test_run_until_stopped_returns_when_the_sources_end_and_wakes_on_signals(tmp
     import os
     import signal
 
-    from aaco.agent.service import run_until_stopped
+    from aaco.agent.main_loop import run_until_stopped
 
     svc, mem = service_for(tmp_path, [{"type": "replay", "paths": [str(samples / "kineto")]}])
     run_until_stopped(svc, stop_when_sources_done=True, poll_s=60)  # woken by the ending source, not a poll

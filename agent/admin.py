@@ -152,7 +152,7 @@ def _generate(path: Path) -> str:
 
 
 class TokenAuth:
-    """The ``AdminAuth`` of the metrics port: a bearer token, compared in constant time; counts every answer."""
+    """The metrics port's ``AdminAuth`` (``agent/http.py``): a bearer token, compared in constant time; counted."""
 
     def __init__(self, token: str, stats: Stats) -> None:
         self._token = token.encode()

@@ -255,9 +255,9 @@ class BottleneckAnalyzer(DerivedAnalyzer):
         if lat and lat.get("p50_s") and lat.get("p95_s") is not None:
             s["latency_p95_p50"] = lat["p95_s"] / lat["p50_s"]
         s.update(_activity(results.get("activity"), key[0], m))
-        fam = _group(results.get("families"), "groups", key)
-        if fam:
-            shares = {f: v.get("share") or 0.0 for f, v in (fam.get("families") or {}).items()}
+        fam = getattr(results.get("families"), "groups", {}).get(key)
+        if fam is not None:
+            shares = {f: v.share or 0.0 for f, v in fam.families.items()}
             if shares:
                 s["compute_kernel_pct"] = sum(shares.get(f, 0.0) for f in COMPUTE_FAMILIES)
                 s["memory_bound_kernel_pct"] = sum(shares.get(f, 0.0) for f in MEMORY_FAMILIES)

@@ -12,7 +12,8 @@ time of names beyond the cap is kept under ``(other names)`` and counted in ``na
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -58,27 +59,81 @@ class _Group:
 
 
 @dataclass(frozen=True)
+class FamilyRow:
+    """One kernel family's kernels and time in one model."""
+
+    kernels: int
+    time_s: float
+    share: float | None  # of the model's kernel time
+    per_iteration_s: float | None  # None without iterations
+    kernels_per_iteration: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    """One kernel name among a model's top kernels by time."""
+
+    name: str
+    family: str
+    kernels: int
+    time_s: float
+    share: float | None
+    mean_us: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class FamiliesGroup:
+    """Kernel time per family and the top kernels of one (node, model)."""
+
+    iterations: int
+    time_s: float
+    families: Mapping[str, FamilyRow]  # the families with kernels
+    top_kernels: tuple[KernelRow, ...]
+    names_dropped: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "iterations": self.iterations,
+            "time_s": self.time_s,
+            "families": {f: row.to_dict() for f, row in self.families.items()},
+            "top_kernels": [k.to_dict() for k in self.top_kernels],
+            "names_dropped": self.names_dropped,
+        }
+
+
+@dataclass(frozen=True)
 class FamiliesResult:
     """Kernel time per family and the top kernels per (node, model)."""
 
-    groups: dict[tuple[str, str], dict[str, Any]]
+    groups: Mapping[tuple[str, str], FamiliesGroup]
 
     def to_dict(self) -> dict[str, Any]:
         """``{"families": [...], "models": {model: {...}}}``; with several nodes the key is ``node/model``."""
         nodes = {n for n, _ in self.groups}
         return {
             "families": list(FAMILIES),
-            "models": {(m if len(nodes) <= 1 else f"{n}/{m}"): v for (n, m), v in sorted(self.groups.items())},
+            "models": {
+                (m if len(nodes) <= 1 else f"{n}/{m}"): g.to_dict() for (n, m), g in sorted(self.groups.items())
+            },
         }
 
     def points(self) -> list[MetricPoint]:
         """Family time counters and per-iteration gauges."""
         pb = PointBuilder()
         for (node, model), g in self.groups.items():
-            for fam, v in g["families"].items():
-                pb.add(FAMILY_SECONDS, v["time_s"], node=node, model=model, family=fam)
-                if v["per_iteration_s"] is not None:
-                    pb.add(FAMILY_PER_ITERATION, v["per_iteration_s"], node=node, model=model, family=fam)
+            for fam, v in g.families.items():
+                pb.add(FAMILY_SECONDS, v.time_s, node=node, model=model, family=fam)
+                if v.per_iteration_s is not None:
+                    pb.add(FAMILY_PER_ITERATION, v.per_iteration_s, node=node, model=model, family=fam)
         return pb.points
 
 
@@ -152,37 +207,25 @@ class FamiliesAnalyzer(Analyzer):
 
     def snapshot(self) -> FamiliesResult:
         """Family time, shares, per-iteration time and the top kernels by time."""
-        out: dict[tuple[str, str], dict[str, Any]] = {}
+        out: dict[tuple[str, str], FamiliesGroup] = {}
         for key, g in self._groups.items():
             total_ns = int(g.time_ns.sum())
             per_iter = key[1] != "unknown" and g.iterations > 0
             fams = {
-                fam: {
-                    "kernels": int(g.count[i]),
-                    "time_s": int(g.time_ns[i]) / 1e9,
-                    "share": ratio(int(g.time_ns[i]), total_ns),
-                    "per_iteration_s": int(g.time_ns[i]) / 1e9 / g.iterations if per_iter else None,
-                    "kernels_per_iteration": int(g.count[i]) / g.iterations if per_iter else None,
-                }
+                fam: FamilyRow(
+                    int(g.count[i]),
+                    int(g.time_ns[i]) / 1e9,
+                    ratio(int(g.time_ns[i]), total_ns),
+                    int(g.time_ns[i]) / 1e9 / g.iterations if per_iter else None,
+                    int(g.count[i]) / g.iterations if per_iter else None,
+                )
                 for fam, i in _FAMILY_INDEX.items()
                 if g.count[i]
             }
             top = sorted(g.names.items(), key=lambda kv: kv[1][2], reverse=True)[: self._top]
-            out[key] = {
-                "iterations": g.iterations,
-                "time_s": total_ns / 1e9,
-                "families": fams,
-                "top_kernels": [
-                    {
-                        "name": name,
-                        "family": fam,
-                        "kernels": count,
-                        "time_s": t / 1e9,
-                        "share": ratio(t, total_ns),
-                        "mean_us": t / count / 1000 if count else None,
-                    }
-                    for name, (fam, count, t) in top
-                ],
-                "names_dropped": g.names_dropped,
-            }
+            kernels = tuple(
+                KernelRow(name, fam, count, t / 1e9, ratio(t, total_ns), t / count / 1000 if count else None)
+                for name, (fam, count, t) in top
+            )
+            out[key] = FamiliesGroup(g.iterations, total_ns / 1e9, fams, kernels, g.names_dropped)
         return FamiliesResult(out)

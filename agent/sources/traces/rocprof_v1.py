@@ -68,6 +68,7 @@ from aaco.agent.sources.traces.rocprofv3_csv import MAX_TIME_NS, parse_header
 from aaco.agent.sources.traces.tables import chunks, stamp_kernels
 from aaco.agent.sources.traces.whole import load_whole_json
 from aaco.contract.clock import EPOCH_CEIL_NS, EPOCH_FLOOR_NS, in_epoch_range
+from aaco.contract.schemas import KERNELS
 
 FORMAT_CSV = "rocprof_v1_csv"
 FORMAT_JSON = "rocprof_v1_json"
@@ -321,52 +322,13 @@ def parse_results_json(doc: Any, ctx: TraceContext) -> Iterator[ParsedTrace]:
     off = ctx.clock.offset_ns
     tr.gpu.sort(key=lambda g: g[0])
     rows: dict[str, list[Any]] = {k: [] for k in _JSON_COLUMNS}
-    pids: set[int] = set()
-    for b, e, lane, kind, name, args, tid, ts in tr.gpu:
-        try:
-            pid, gtid = need_int(args.get("pid")), need_int(args.get("tid"))
-            dev, stream, queue = (
-                need_int(args.get("dev-id")),
-                need_int(args.get("stream-id")),
-                need_int(args.get("queue-id")),
-            )
-        except IntOutOfRangeError:
-            skipped[INT_OUT_OF_RANGE] += 1
-            continue
-        if not (_in_epoch(b + off) and _in_epoch(e + off)):
-            skipped[TIME_OUT_OF_RANGE] += 1
-            continue
-        link = launch_of.get((lane, tid, ts))
-        if link and not (_in_epoch(link[1][0] + off) and _in_epoch(link[1][1] + off)):
-            skipped[TIME_OUT_OF_RANGE] += 1
-            link = None
-        if pid is not None:
-            pids.add(pid)
-        if dev is None and (m := _GPU_LANE.match(lanes.get(lane, ""))):
-            dev = int(m.group(1))
-        size = _SIZE_BYTES.search(link[1][3]) if link and kind == "memcpy" else None
-        row = (
-            b + off,
-            e + off,
-            pid,
-            gtid,
-            str(dev) if dev is not None else None,
-            stream,
-            name,
-            kind,
-            link[0] if link else None,
-            queue,
-            link[1][0] + off if link else None,
-            link[1][1] + off if link else None,
-            link[1][2] if link else None,
-            opt_int(size.group(1), skipped) if size else None,
-        )
-        for key, value in zip(_JSON_COLUMNS, row, strict=True):
-            rows[key].append(value)
-    n = len(rows["start_ns"])
-    strings = ("device", "name", "launch_name")
-    cols = {k: pa.array(v, pa.string() if k in strings else pa.int64()) for k, v in rows.items() if k != "kind"}
-    table = stamp_kernels(cols, n, ctx, pa.array(rows["kind"], pa.string()))
+    for gpu in tr.gpu:
+        row = _gpu_row(gpu, lanes, launch_of, off, skipped)
+        if row is not None:
+            for key, value in zip(_JSON_COLUMNS, row, strict=True):
+                rows[key].append(value)
+    cols = {k: pa.array(v, KERNELS.field(k).type) for k, v in rows.items() if k != "kind"}
+    table = stamp_kernels(cols, len(rows["start_ns"]), ctx, pa.array(rows["kind"], pa.string()))
     devices = _gpu_agents(doc.get("otherData"))
     used = {d for d in rows["device"] if d is not None}
     parts = chunks(
@@ -374,10 +336,54 @@ def parse_results_json(doc: Any, ctx: TraceContext) -> Iterator[ParsedTrace]:
         ctx,
         table,
         skipped=skipped,
-        pids=tuple(sorted(pids)),
+        pids=tuple(sorted({p for p in rows["pid"] if p is not None})),
         devices={d: v for d, v in devices.items() if d in used},
     )
     yield from _anchored(parts, tr.anchor)
+
+
+def _gpu_row(
+    gpu: tuple[Any, ...], lanes: dict[int, str], launch_of: dict[Any, Any], off: int, skipped: Counter[str]
+) -> tuple[Any, ...] | None:
+    """One GPU event as a row of ``_JSON_COLUMNS`` in epoch ns, with its launch; None when left out (counted)."""
+    b, e, lane, kind, name, args, tid, ts = gpu
+    try:
+        pid, gtid = need_int(args.get("pid")), need_int(args.get("tid"))
+        dev, stream = need_int(args.get("dev-id")), need_int(args.get("stream-id"))
+        queue = need_int(args.get("queue-id"))
+    except IntOutOfRangeError:
+        skipped[INT_OUT_OF_RANGE] += 1
+        return None
+    if not (_in_epoch(b + off) and _in_epoch(e + off)):
+        skipped[TIME_OUT_OF_RANGE] += 1
+        return None
+    link = launch_of.get((lane, tid, ts))
+    if link and not (_in_epoch(link[1][0] + off) and _in_epoch(link[1][1] + off)):
+        skipped[TIME_OUT_OF_RANGE] += 1
+        link = None
+    if dev is None and (m := _GPU_LANE.match(lanes.get(lane, ""))):
+        dev = int(m.group(1))
+    size = _SIZE_BYTES.search(link[1][3]) if link and kind == "memcpy" else None
+    launch = (link[0], link[1][0] + off, link[1][1] + off, link[1][2]) if link else (None,) * 4
+    device = str(dev) if dev is not None else None
+    correlation, launch_start, launch_end, launch_name = launch
+    size_bytes = opt_int(size.group(1), skipped) if size else None
+    return (
+        b + off,
+        e + off,
+        pid,
+        gtid,
+        device,
+        stream,
+        name,
+        kind,
+        correlation,
+        queue,
+        launch_start,
+        launch_end,
+        launch_name,
+        size_bytes,
+    )
 
 
 _JSON_COLUMNS = (

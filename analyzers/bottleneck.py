@@ -239,15 +239,14 @@ class BottleneckAnalyzer(DerivedAnalyzer):
         """Every signal of the taxonomy for one (node, model); None where the inputs do not tell."""
         m = self._models.get(key) or _Model()
         s: dict[str, float | None] = {}
-        launch = _group(results.get("launch"), "groups", key)
-        if launch:
-            s["microkernel_pct"] = launch.get("microkernel_pct")
-            s["kernel_launch_rate"] = launch.get("launch_rate_per_s")
-            s["avg_kernel_duration_us"] = launch.get("mean_kernel_us")
-            wall_s = launch.get("wall_s") or 0.0
-            overhead = launch.get("launch_overhead")  # None when no event had a known launch call
-            if isinstance(overhead, Mapping) and overhead.get("launch_cpu_s") is not None and wall_s > 0:
-                s["cpu_overhead_ratio"] = min(1.0, float(overhead["launch_cpu_s"]) / wall_s)
+        launch = getattr(results.get("launch"), "groups", {}).get(key)
+        if launch is not None:
+            s["microkernel_pct"] = launch.microkernel_pct
+            s["kernel_launch_rate"] = launch.launch_rate_per_s
+            s["avg_kernel_duration_us"] = launch.mean_kernel_us
+            overhead = launch.launch_overhead  # None when no event had a known launch call
+            if overhead is not None and overhead.get("launch_cpu_s") is not None and launch.wall_s > 0:
+                s["cpu_overhead_ratio"] = min(1.0, float(overhead["launch_cpu_s"]) / launch.wall_s)
         kar = getattr(results.get("kar"), "models", {}).get(key)
         if kar is not None:
             s["kernels_per_iteration"] = kar.kernels_per_iteration

@@ -15,6 +15,7 @@ the GPU, sets the pace (``severe``); between is ``elevated``.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,11 +85,46 @@ class _Group:
 
 
 @dataclass(frozen=True)
+class LaunchGroup:
+    """Launch statistics of one (node, model); ``launch_overhead`` is HTA's measures (``LaunchOverhead``)."""
+
+    kernels: int
+    microkernels: int
+    microkernel_pct: float | None
+    launch_rate_per_s: float | None
+    launch_tax: float | None
+    wall_s: float
+    mean_kernel_us: float | None
+    by_kind: Mapping[str, int]
+    launch_overhead: Mapping[str, Any] | None  # None when no event had a known launch call
+
+    @property
+    def band(self) -> str | None:
+        """The health band of ``launch_tax``."""
+        return launch_band(self.launch_tax)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (``band`` included)."""
+        return {
+            "kernels": self.kernels,
+            "microkernels": self.microkernels,
+            "microkernel_pct": self.microkernel_pct,
+            "launch_rate_per_s": self.launch_rate_per_s,
+            "launch_tax": self.launch_tax,
+            "band": self.band,
+            "wall_s": self.wall_s,
+            "mean_kernel_us": self.mean_kernel_us,
+            "by_kind": dict(self.by_kind),
+            "launch_overhead": self.launch_overhead,
+        }
+
+
+@dataclass(frozen=True)
 class LaunchResult:
     """Launch statistics per (node, model)."""
 
     threshold_us: float
-    groups: dict[tuple[str, str], dict[str, Any]]
+    groups: Mapping[tuple[str, str], LaunchGroup]
     overhead_points: tuple[MetricPoint, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -96,20 +132,22 @@ class LaunchResult:
         nodes = {n for n, _ in self.groups}
         return {
             "microkernel_threshold_us": self.threshold_us,
-            "models": {(m if len(nodes) <= 1 else f"{n}/{m}"): v for (n, m), v in sorted(self.groups.items())},
+            "models": {
+                (m if len(nodes) <= 1 else f"{n}/{m}"): g.to_dict() for (n, m), g in sorted(self.groups.items())
+            },
         }
 
     def points(self) -> list[MetricPoint]:
         """Launch tax, microkernel ratio, launch rate gauges and the kernel counters."""
         pb = PointBuilder()
         for (node, model), g in self.groups.items():
-            for kind, n in g["by_kind"].items():
+            for kind, n in g.by_kind.items():
                 pb.add(KERNELS_TOTAL, float(n), node=node, model=model, kind=kind)
-            if g["launch_tax"] is not None:
-                pb.add(LAUNCH_TAX, g["launch_tax"], node=node, model=model)
-                pb.add(LAUNCH_RATE, g["launch_rate_per_s"], node=node, model=model)
-            if g["microkernel_pct"] is not None:
-                pb.add(MICROKERNEL_RATIO, g["microkernel_pct"], node=node, model=model)
+            if g.launch_tax is not None and g.launch_rate_per_s is not None:
+                pb.add(LAUNCH_TAX, g.launch_tax, node=node, model=model)
+                pb.add(LAUNCH_RATE, g.launch_rate_per_s, node=node, model=model)
+            if g.microkernel_pct is not None:
+                pb.add(MICROKERNEL_RATIO, g.microkernel_pct, node=node, model=model)
         return [*pb.points, *self.overhead_points]
 
 
@@ -218,7 +256,7 @@ class LaunchAnalyzer(Analyzer):
 
     def snapshot(self) -> LaunchResult:
         """Launch tax per model."""
-        out: dict[tuple[str, str], dict[str, Any]] = {}
+        out: dict[tuple[str, str], LaunchGroup] = {}
         for key, g in self._groups.items():
             wall_ns = (
                 g.iteration_ns
@@ -228,18 +266,17 @@ class LaunchAnalyzer(Analyzer):
             rate = ratio(g.kernels, wall_ns / 1e9)
             micro = ratio(g.micro, g.kernels)
             tax = micro * rate / 1000 if (micro is not None and rate is not None) else None
-            out[key] = {
-                "kernels": g.kernels,
-                "microkernels": g.micro,
-                "microkernel_pct": micro,
-                "launch_rate_per_s": rate,
-                "launch_tax": tax,
-                "band": launch_band(tax),
-                "wall_s": wall_ns / 1e9,
-                "mean_kernel_us": (g.busy_ns / g.kernels / 1000) if g.kernels else None,
-                "by_kind": dict(g.by_kind),
-                "launch_overhead": self._overhead.result(key),
-            }
+            out[key] = LaunchGroup(
+                kernels=g.kernels,
+                microkernels=g.micro,
+                microkernel_pct=micro,
+                launch_rate_per_s=rate,
+                launch_tax=tax,
+                wall_s=wall_ns / 1e9,
+                mean_kernel_us=(g.busy_ns / g.kernels / 1000) if g.kernels else None,
+                by_kind=dict(g.by_kind),
+                launch_overhead=self._overhead.result(key),
+            )
         pb = PointBuilder()
         self._overhead.points(pb)
         return LaunchResult(self._threshold_us, out, tuple(pb.points))

@@ -47,15 +47,15 @@ def test_launch_tax_with_iteration_wall_time():
     a.update(kern([5, 9.999, 10, 50]))  # strictly shorter than 10 us: 2 micro
     a.update(kern([1, 1], kind="memcpy"))  # copies are not kernels
     g = a.snapshot().groups[(NODE, "m")]
-    assert g["kernels"] == 4
-    assert g["microkernels"] == 2
-    assert g["microkernel_pct"] == pytest.approx(0.5)
-    assert g["wall_s"] == pytest.approx(0.002)
-    assert g["launch_rate_per_s"] == pytest.approx(2000.0)
-    assert g["launch_tax"] == pytest.approx(0.5 * 2000.0 / 1000)
-    assert g["band"] == "elevated"
-    assert g["mean_kernel_us"] == pytest.approx((5 + 9.999 + 10 + 50) / 4)
-    assert g["by_kind"] == {"kernel": 4, "memcpy": 2}
+    assert g.kernels == 4
+    assert g.microkernels == 2
+    assert g.microkernel_pct == pytest.approx(0.5)
+    assert g.wall_s == pytest.approx(0.002)
+    assert g.launch_rate_per_s == pytest.approx(2000.0)
+    assert g.launch_tax == pytest.approx(0.5 * 2000.0 / 1000)
+    assert g.band == "elevated"
+    assert g.mean_kernel_us == pytest.approx((5 + 9.999 + 10 + 50) / 4)
+    assert g.by_kind == {"kernel": 4, "memcpy": 2}
 
 
 def test_threshold_is_configurable():
@@ -63,7 +63,7 @@ def test_threshold_is_configurable():
     a.update(item("iterations", iterations([(0, 1 * MS)])))
     a.update(kern([5, 9.999, 10, 50]))
     g = a.snapshot().groups[(NODE, "m")]
-    assert g["microkernels"] == 4
+    assert g.microkernels == 4
     assert a.snapshot().to_dict()["microkernel_threshold_us"] == 60
 
 
@@ -74,12 +74,12 @@ def test_unknown_model_uses_sum_of_per_run_windows():
     a.update(kern([1000], start=5 * MS, model=None, run_id="r2"))
     a.update(kern([1000], start=6 * MS, model=None, run_id="r2", kind="memcpy"))
     g = a.snapshot().groups[(NODE, "unknown")]
-    assert g["wall_s"] == pytest.approx(0.003)
-    assert g["kernels"] == 2
-    assert g["launch_rate_per_s"] == pytest.approx(2 / 0.003)
-    assert g["microkernel_pct"] == 0.0
-    assert g["launch_tax"] == 0.0
-    assert g["band"] == "healthy"
+    assert g.wall_s == pytest.approx(0.003)
+    assert g.kernels == 2
+    assert g.launch_rate_per_s == pytest.approx(2 / 0.003)
+    assert g.microkernel_pct == 0.0
+    assert g.launch_tax == 0.0
+    assert g.band == "healthy"
 
 
 def test_unknown_model_ignores_iterations_of_unknown_model():
@@ -87,7 +87,7 @@ def test_unknown_model_ignores_iterations_of_unknown_model():
     a.update(item("iterations", iterations([(0, 100 * MS)], model=None)))
     a.update(kern([5, 5], model=None))  # window 0 .. 105 us
     g = a.snapshot().groups[(NODE, "unknown")]
-    assert g["wall_s"] == pytest.approx(105e-6)
+    assert g.wall_s == pytest.approx(105e-6)
 
 
 def test_null_run_id_falls_back_to_source_name():
@@ -97,18 +97,18 @@ def test_null_run_id_falls_back_to_source_name():
     b2 = kernels([100 * MS], [102 * MS], run_id=[None])
     a.update(item("kernels", b2, source="s2"))
     g = a.snapshot().groups[(NODE, "unknown")]
-    assert g["wall_s"] == pytest.approx(0.006 + 0.002)
+    assert g.wall_s == pytest.approx(0.006 + 0.002)
 
 
 def test_known_model_without_iterations_falls_back_to_windows():
     a = LaunchAnalyzer()
     a.update(kern([5, 5, 5], gap_us=500))  # 0 .. 1005 us
     g = a.snapshot().groups[(NODE, "m")]
-    assert g["wall_s"] == pytest.approx(1005e-6)
-    assert g["microkernel_pct"] == 1.0
-    assert g["launch_rate_per_s"] == pytest.approx(3 / 1005e-6)
-    assert g["launch_tax"] == pytest.approx(3 / 1005e-6 / 1000)
-    assert g["band"] == "elevated"
+    assert g.wall_s == pytest.approx(1005e-6)
+    assert g.microkernel_pct == 1.0
+    assert g.launch_rate_per_s == pytest.approx(3 / 1005e-6)
+    assert g.launch_tax == pytest.approx(3 / 1005e-6 / 1000)
+    assert g.band == "elevated"
 
 
 def test_severe_band_from_many_tiny_kernels():
@@ -116,20 +116,20 @@ def test_severe_band_from_many_tiny_kernels():
     a.update(item("iterations", iterations([(0, 1 * MS)])))
     a.update(kern([2] * 6, gap_us=0))  # 6 microkernels in a 1 ms iteration: 6 per ms
     g = a.snapshot().groups[(NODE, "m")]
-    assert g["launch_tax"] == pytest.approx(6.0)
-    assert g["band"] == "severe"
+    assert g.launch_tax == pytest.approx(6.0)
+    assert g.band == "severe"
 
 
 def test_no_kernels_means_no_tax():
     a = LaunchAnalyzer()
     a.update(item("iterations", iterations([(0, 1 * MS)])))
     g = a.snapshot().groups[(NODE, "m")]
-    assert g["kernels"] == 0
-    assert g["microkernel_pct"] is None
-    assert g["launch_rate_per_s"] == 0.0
-    assert g["launch_tax"] is None
-    assert g["band"] is None
-    assert g["mean_kernel_us"] is None
+    assert g.kernels == 0
+    assert g.microkernel_pct is None
+    assert g.launch_rate_per_s == 0.0
+    assert g.launch_tax is None
+    assert g.band is None
+    assert g.mean_kernel_us is None
 
 
 def test_iteration_time_accumulates_across_batches():
@@ -138,8 +138,8 @@ def test_iteration_time_accumulates_across_batches():
     a.update(item("iterations", iterations([(10 * MS, 13 * MS)])))
     a.update(kern([50] * 10))
     g = a.snapshot().groups[(NODE, "m")]
-    assert g["wall_s"] == pytest.approx(0.005)
-    assert g["launch_rate_per_s"] == pytest.approx(2000.0)
+    assert g.wall_s == pytest.approx(0.005)
+    assert g.launch_rate_per_s == pytest.approx(2000.0)
 
 
 def test_to_dict_and_points():
@@ -177,5 +177,5 @@ def test_max_groups_and_max_runs():
     a.update(kern([5], start=10 * MS, model="a", run_id="r2"))
     a.update(kern([5], start=20 * MS, model="a", run_id="r3"))  # evicts r1's window
     g = a.snapshot().groups[(NODE, "a")]
-    assert g["kernels"] == 3
-    assert g["wall_s"] == pytest.approx(10e-6)
+    assert g.kernels == 3
+    assert g.wall_s == pytest.approx(10e-6)

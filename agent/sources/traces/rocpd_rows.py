@@ -89,11 +89,42 @@ def rows_table(
     skipped: Counter[str],
 ) -> pa.Table | None:
     """A ``kernels`` table of one fetched chunk of ``kind`` rows (None if none is kept); ``skipped`` counts the rest."""
+    kept = _kept_rows(rows, kind, TimeWindow(ctx.clock.offset_ns), skipped)
+    if kept is None:
+        return None
+    start, end, names, col = kept
+    n = len(start)
+    off = ctx.clock.offset_ns
+    corr, corr_ok = u64_array(col["corr"])
+    out: dict[str, Any] = {
+        "start_ns": pa.array(np.array(start, np.int64) + off, pa.int64()),
+        "end_ns": pa.array(np.array(end, np.int64) + off, pa.int64()),
+        "pid": int64_column(col["pid"]),
+        "tid": int64_column(col["tid"]),
+        "queue_id": int64_column(col["queue"]),
+        "stream": int64_column(col["stream"]),
+        "correlation_id": pa.array(corr.view(np.int64), pa.int64(), mask=None if corr_ok is None else ~corr_ok),
+        "name": pa.array(names, pa.string()),
+    }
+    out.update(_kernel_columns(col, agents) if kind == "kernel" else _copy_columns(col, names, agents))
+    if len(launches):
+        launch = launches.columns(corr, off, corr_ok)
+        out["launch_start_ns"] = launch["launch_start_ns"]
+        out["launch_end_ns"] = launch["launch_end_ns"]
+        out["launch_name"] = launch["launch_name"]
+        out["pid"] = pc.coalesce(out["pid"], launch["launch_pid"])
+        out["tid"] = pc.coalesce(launch["launch_tid"], out["tid"])
+    return stamp_kernels(out, n, ctx, kind)
+
+
+def _kept_rows(
+    rows: list[tuple[Any, ...]], kind: str, window: TimeWindow, skipped: Counter[str]
+) -> tuple[list[int], list[int], list[str | None], dict[str, list[Any]]] | None:
+    """(starts, ends, names, the ``_NEEDED`` id columns) of the usable rows; None when none is."""
     fields = KERNEL_FIELDS if kind == "kernel" else COPY_FIELDS
     at = {f: i for i, f in enumerate(fields)}
     needed = [at[f] for f in _NEEDED[kind]]
     name_at = at["name"]
-    window = TimeWindow(ctx.clock.offset_ns)
     start, end, names = [], [], []
     ids: list[list[Any]] = [[] for _ in needed]
     for r in rows:
@@ -115,38 +146,24 @@ def rows_table(
             col.append(x)
     if not start:
         return None
-    col = dict(zip(_NEEDED[kind], ids, strict=True))
-    n = len(start)
-    off = ctx.clock.offset_ns
-    corr, corr_ok = u64_array(col["corr"])
-    out: dict[str, Any] = {
-        "start_ns": pa.array(np.array(start, np.int64) + off, pa.int64()),
-        "end_ns": pa.array(np.array(end, np.int64) + off, pa.int64()),
-        "pid": int64_column(col["pid"]),
-        "tid": int64_column(col["tid"]),
-        "queue_id": int64_column(col["queue"]),
-        "stream": int64_column(col["stream"]),
-        "correlation_id": pa.array(corr.view(np.int64), pa.int64(), mask=None if corr_ok is None else ~corr_ok),
-        "name": pa.array(names, pa.string()),
-    }
-    if kind == "kernel":
-        out["device"] = agents.map_handles(*u64_array(col["agent"]))
-        for k in ("grid_x", "grid_y", "grid_z", "workgroup_x", "workgroup_y", "workgroup_z"):
-            out[k] = int64_column(col[k])
-    else:
-        to_host = np.array(["DEVICE_TO_HOST" in (v or "") for v in names], dtype=bool)
-        src, src_ok = u64_array(col["src"])
-        dst, dst_ok = u64_array(col["dst"])
-        ok = np.where(
-            to_host, np.ones(n, bool) if src_ok is None else src_ok, np.ones(n, bool) if dst_ok is None else dst_ok
-        )
-        out["device"] = agents.map_handles(np.where(to_host, src, dst), ok)
-        out["bytes"] = int64_column(col["bytes"])
-    if len(launches):
-        launch = launches.columns(corr, off, corr_ok)
-        out["launch_start_ns"] = launch["launch_start_ns"]
-        out["launch_end_ns"] = launch["launch_end_ns"]
-        out["launch_name"] = launch["launch_name"]
-        out["pid"] = pc.coalesce(out["pid"], launch["launch_pid"])
-        out["tid"] = pc.coalesce(launch["launch_tid"], out["tid"])
-    return stamp_kernels(out, n, ctx, kind)
+    return start, end, names, dict(zip(_NEEDED[kind], ids, strict=True))
+
+
+def _kernel_columns(col: dict[str, list[Any]], agents: AgentMap) -> dict[str, pa.Array]:
+    """The device (from the agent handle) and launch dimensions of kernel dispatches."""
+    out = {"device": agents.map_handles(*u64_array(col["agent"]))}
+    for k in ("grid_x", "grid_y", "grid_z", "workgroup_x", "workgroup_y", "workgroup_z"):
+        out[k] = int64_column(col[k])
+    return out
+
+
+def _copy_columns(col: dict[str, list[Any]], names: list[str | None], agents: AgentMap) -> dict[str, pa.Array]:
+    """The device (the source agent of a copy to the host, else the destination) and size of memory copies."""
+    n = len(names)
+    to_host = np.array(["DEVICE_TO_HOST" in (v or "") for v in names], dtype=bool)
+    src, src_ok = u64_array(col["src"])
+    dst, dst_ok = u64_array(col["dst"])
+    ok = np.where(
+        to_host, np.ones(n, bool) if src_ok is None else src_ok, np.ones(n, bool) if dst_ok is None else dst_ok
+    )
+    return {"device": agents.map_handles(np.where(to_host, src, dst), ok), "bytes": int64_column(col["bytes"])}

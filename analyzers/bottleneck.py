@@ -266,8 +266,8 @@ class BottleneckAnalyzer(DerivedAnalyzer):
         return s
 
 
-# -- reading the other analyzers' results (duck-typed: a result that is absent or of another shape is
-# simply a missing input) ----------------------------------------------------------------------------
+# -- reading the other analyzers' results (their typed rows; a result that is absent, as when an
+# analyzer is not built, is simply a missing input) -------------------------------------------------
 
 
 def _keyed(result: AnalyzerResult | None) -> list[tuple[str, str]]:

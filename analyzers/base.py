@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Mapping
 from typing import ClassVar
 
+from aaco.contract.component import Component
 from aaco.contract.schemas import EventBatch
 from aaco.contract.snapshot import AnalyzerResult, Finding
 
 
-class Analyzer(ABC):
+class Analyzer(Component):
     """A pure, streaming analyzer: no I/O, no clocks, no knowledge of exporters.
+
+    It holds no resources, so the ``Component`` lifecycle hooks (``start``, ``shutdown``) are no-ops.
 
     An analyzer that reaches conclusions queues ``Finding``s while it folds events in
     (``emit``); the pipeline takes them (``drain_findings``) at each snapshot and stores them.

@@ -16,6 +16,7 @@ import numpy as np
 from pydantic import Field, PositiveInt
 
 from aaco.analyzers.base import Analyzer
+from aaco.analyzers.stats import percentiles
 from aaco.contract.config_base import StrictModel
 from aaco.contract.schemas import EventBatch
 from aaco.contract.signals import LATENCY_BUCKETS, HistogramValue, MetricPoint, PointBuilder, define
@@ -126,14 +127,14 @@ class LatencyAnalyzer(Analyzer):
         hists: dict[tuple[str, str], HistogramValue] = {}
         for key, st in self._models.items():
             recent = np.fromiter(st.recent, dtype=np.float64)
-            p50, p95, p99 = np.percentile(recent, [50, 95, 99]) if recent.size else (np.nan,) * 3
+            p50, p95, p99 = percentiles(recent, (50, 95, 99))
             mean = float(recent.mean()) if recent.size else None
             models[key] = {
                 "iterations": st.count,
                 "window": int(recent.size),
-                "p50_s": float(p50) if recent.size else None,
-                "p95_s": float(p95) if recent.size else None,
-                "p99_s": float(p99) if recent.size else None,
+                "p50_s": p50,
+                "p95_s": p95,
+                "p99_s": p99,
                 "mean_s": mean,
                 "min_s": float(recent.min()) if recent.size else None,
                 "max_s": float(recent.max()) if recent.size else None,

@@ -69,7 +69,14 @@ from aaco.agent.sources.traces.files import TraceFile
 from aaco.agent.sources.traces.format import TraceFormat
 from aaco.agent.sources.traces.limits import TraceLimits, open_trace
 from aaco.agent.sources.traces.parsed import ParsedTrace
-from aaco.agent.sources.traces.rocprofv3_json_meta import PARSE_ERRORS, Process, Walker, iterations, read_metadata
+from aaco.agent.sources.traces.rocprofv3_json_meta import (
+    PARSE_ERRORS,
+    Metadata,
+    Process,
+    Walker,
+    iterations,
+    read_metadata,
+)
 from aaco.agent.sources.traces.rocprofv3_u64 import (
     OUT_OF_RANGE,
     U64_MASK,
@@ -215,64 +222,77 @@ def parse_rocprofv3_json(path: Path, ctx: TraceContext, *, limits: TraceLimits |
     the records there, counted ``json_too_deep``.
     """
     limits = limits or TraceLimits()
-    meta = read_metadata(path, ctx, limits)
-    its_all = iterations(meta, ctx)
-    pids = tuple(sorted({p.pid for p in meta.processes.values() if p.pid is not None}))
-    skipped: Counter[str] = Counter(meta.skipped)
-    bad: list[BadRow] = []
-    first = True
-
-    def devices() -> dict[str, dict[str, Any]]:
-        d: dict[str, dict[str, Any]] = {}
-        for proc in meta.processes.values():
-            if proc.agent_map is not None:
-                d.update(proc.agent_map.used)
-        return d
-
-    def part(kernels: pa.Table) -> ParsedTrace:
-        nonlocal first
-        out = ParsedTrace(FORMAT, kernels, its_all if first else its_all.slice(0, 0), ctx.clock)
-        out.skipped, out.pids, out.devices, out.bad_rows = Counter(skipped), pids, devices(), list(bad)
-        if first:
-            out.model, out.anchor_raw_ns = meta.model, meta.anchor_raw_ns
-        first = False
-        skipped.clear()
-        bad.clear()
-        return out
-
-    def emit(batch: _Batch | None) -> Iterator[ParsedTrace]:
-        if batch is not None and batch.n:
-            yield part(_table(batch, meta.proc(batch.process), ctx, skipped))
-
+    out = _Chunks(read_metadata(path, ctx, limits), ctx)
     batch: _Batch | None = None
-    walker = Walker(SECTIONS_GPU, {})
     window = TimeWindow(ctx.clock.offset_ns)
     off = ctx.clock.offset_ns
     with open_trace(path, limits) as raw:
         fh = NumberGuard(raw)
         try:
-            for p, section, v in walker.walk(fh):
+            for p, section, v in Walker(SECTIONS_GPU, {}).walk(fh):
                 s, e = as_int(v.get("start")), as_int(v.get("end"))
                 reason = window.reason(s, e)
                 if reason is not None:
-                    skipped[reason] += 1
+                    out.skipped[reason] += 1
                     continue
                 if batch is None or batch.process != p or batch.section != section:
-                    yield from emit(batch)
+                    yield from out.emit(batch)
                     batch = _Batch(p, section)
                 if not batch.add(v, s + off, e + off):  # type: ignore[operator]
-                    skipped["int_out_of_range"] += 1
+                    out.skipped["int_out_of_range"] += 1
                     continue
                 if batch.n >= CHUNK_ROWS:
-                    yield from emit(batch)
+                    yield from out.emit(batch)
                     batch = None
         except PARSE_ERRORS as exc:
             reason = getattr(exc, "reason", "truncated_json")  # a depth refusal names itself (json_too_deep)
-            skipped[reason] += 1
-            bad.append(BadRow(_position(fh), str(exc).encode("utf-8", "replace")[:200], reason))
-    yield from emit(batch)
-    if first or skipped or bad:  # nothing at all, or problems after the last chunk: still say so
-        yield part(empty_kernels(ctx))
+            out.skipped[reason] += 1
+            out.bad.append(BadRow(_position(fh), str(exc).encode("utf-8", "replace")[:200], reason))
+    yield from out.emit(batch)
+    if out.first or out.skipped or out.bad:  # nothing at all, or problems after the last chunk: still say so
+        yield out.part(empty_kernels(ctx))
+
+
+class _Chunks:
+    """Turns batches into chunks: iterations, model and anchor on the first, problems since the last on each."""
+
+    def __init__(self, meta: Metadata, ctx: TraceContext) -> None:
+        self.meta, self.ctx = meta, ctx
+        self.iterations = iterations(meta, ctx)
+        self.pids = tuple(sorted({p.pid for p in meta.processes.values() if p.pid is not None}))
+        self.skipped: Counter[str] = Counter(meta.skipped)
+        self.bad: list[BadRow] = []
+        self.first = True
+
+    def devices(self) -> dict[str, dict[str, Any]]:
+        """The devices the kernels so far ran on, by every process's agent map."""
+        d: dict[str, dict[str, Any]] = {}
+        for proc in self.meta.processes.values():
+            if proc.agent_map is not None:
+                d.update(proc.agent_map.used)
+        return d
+
+    def part(self, kernels: pa.Table) -> ParsedTrace:
+        """A chunk of ``kernels``, taking the counts and bad rows gathered since the last one."""
+        its = self.iterations if self.first else self.iterations.slice(0, 0)
+        out = ParsedTrace(FORMAT, kernels, its, self.ctx.clock)
+        out.skipped, out.pids, out.devices, out.bad_rows = (
+            Counter(self.skipped),
+            self.pids,
+            self.devices(),
+            list(self.bad),
+        )
+        if self.first:
+            out.model, out.anchor_raw_ns = self.meta.model, self.meta.anchor_raw_ns
+        self.first = False
+        self.skipped.clear()
+        self.bad.clear()
+        return out
+
+    def emit(self, batch: _Batch | None) -> Iterator[ParsedTrace]:
+        """The chunk of a batch that holds rows (nothing for an empty one)."""
+        if batch is not None and batch.n:
+            yield self.part(_table(batch, self.meta.proc(batch.process), self.ctx, self.skipped))
 
 
 def _position(fh: NumberGuard | IO[bytes]) -> int:

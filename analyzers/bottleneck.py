@@ -32,6 +32,7 @@ from pydantic import Field, PositiveInt
 from aaco.analyzers.base import DerivedAnalyzer, ratio
 from aaco.analyzers.bottleneck_rules import CLASSES, UNKNOWN, Classification, classify
 from aaco.analyzers.grouping import group
+from aaco.contract import telemetry as tm
 from aaco.contract.config_base import StrictModel
 from aaco.contract.schemas import EventBatch
 from aaco.contract.signals import MetricPoint, PointBuilder, define
@@ -314,8 +315,6 @@ def _telemetry(result: AnalyzerResult | None, node: str, m: _Model, active: floa
     series = getattr(result, "series", None)
     if not series or not m.devices:
         return {}
-    from aaco.contract import telemetry as tm
-
     util: dict[str, list[float]] = {}
     mem: list[float] = []
     throttle: list[float] = []

@@ -139,7 +139,7 @@ class Episodes:
     """Every GPU's episodes; ``report`` is called with (episode, ``started`` | ``ended``) as they happen."""
 
     def __init__(self, settings: ThrottleSettings, report: Callable[[Episode, str], None]) -> None:
-        self.s = settings
+        self.settings = settings
         self.stale_ns = int(settings.stale_s * 1e9)
         self.gpus: dict[tuple[str, str], Gpu] = {}
         self.newest_ts = 0
@@ -149,17 +149,17 @@ class Episodes:
         """The GPU's state, made on first sight; None past ``max_devices``."""
         g = self.gpus.get((node, gpu))
         if g is None:
-            if len(self.gpus) >= self.s.max_devices:
+            if len(self.gpus) >= self.settings.max_devices:
                 return None
             g = self.gpus[(node, gpu)] = Gpu(node, gpu, first_ts=ts, kept_from_ns=ts)
         return g
 
     def power_cap(self, g: Gpu) -> float | None:
         """The GPU's cap as last published, else the configured one."""
-        return g.value(POWER_LIMIT, "", g.last_ts, self.stale_ns) or self.s.power_cap_w
+        return g.value(POWER_LIMIT, "", g.last_ts, self.stale_ns) or self.settings.power_cap_w
 
     def _judge(self, g: Gpu, now: int) -> _Judgement:
-        s = self.s
+        s = self.settings
         v = lambda metric, attr="": g.value(metric, attr, now, self.stale_ns)  # noqa: E731
         util = v(m.UTILIZATION)
         power = v(m.POWER)
@@ -218,7 +218,7 @@ class Episodes:
         ep.ended_by = how
         del g.open[ep.reason]
         g.history.append(ep)
-        while len(g.history) > self.s.max_episodes:
+        while len(g.history) > self.settings.max_episodes:
             old = g.history.popleft()
             g.kept_from_ns = max(g.kept_from_ns, old.end_ns or old.start_ns)
         self._report(ep, "ended")

@@ -70,7 +70,7 @@ class LatencyImpact:
     """
 
     def __init__(self, settings: ThrottleSettings, max_models: int, emit: Callable[[Finding], None]) -> None:
-        self.s = settings
+        self.settings = settings
         self.max_models = max_models
         self.pending: deque[_Pending] = deque()
         self.model_devices: dict[tuple[str, str], set[str]] = {}
@@ -103,7 +103,7 @@ class LatencyImpact:
         )
         self.pending.extend(rows)
         dropped = 0
-        while len(self.pending) > self.s.max_pending:
+        while len(self.pending) > self.settings.max_pending:
             self.pending.popleft()
             dropped += 1
         return dropped
@@ -138,7 +138,7 @@ class LatencyImpact:
                 if len(self.models) >= self.max_models:
                     dropped += len(rows)
                     continue
-                imp = self.models[key] = _Model(self.s.reservoir, self._rng)
+                imp = self.models[key] = _Model(self.settings.reservoir, self._rng)
             self._fold(imp, gpus_of[key], rows)
             self._maybe_estimate(key, imp, gpus, now_ns)
         return dropped
@@ -162,7 +162,7 @@ class LatencyImpact:
         imp.outside.add(lat[~inside & ~unknown])
 
     def _enough(self, imp: _Model) -> bool:
-        return imp.inside.seen >= self.s.min_samples and imp.outside.seen >= self.s.min_samples
+        return imp.inside.seen >= self.settings.min_samples and imp.outside.seen >= self.settings.min_samples
 
     def _maybe_estimate(self, key: tuple[str, str], imp: _Model, gpus: dict[tuple[str, str], Gpu], now: int) -> None:
         """Re-estimate when either side grew by 10 % (at least 10 values); report a newly significant impact."""
@@ -176,8 +176,8 @@ class LatencyImpact:
         est = imp.estimate = median_ratio(
             imp.inside.sample(),
             imp.outside.sample(),
-            self.s.bootstrap,
-            np.random.default_rng((self.s.seed, n_in, n_out)),
+            self.settings.bootstrap,
+            np.random.default_rng((self.settings.seed, n_in, n_out)),
         )
         significant = self._enough(imp) and (est.ci[0] > 1.0 or est.ci[1] < 1.0)
         if significant and not imp.significant and est.ratio is not None:

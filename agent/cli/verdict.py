@@ -45,8 +45,8 @@ def baseline_save(
 
     The environment: GPU, driver, ROCm/CUDA, ONNX Runtime versions, clocks.
     """
-    from aaco.agent.baselines import BASELINE_FILE, build_baseline, save_baseline
-    from aaco.agent.lake_read import read_lake
+    from aaco.agent.verdict.baselines import BASELINE_FILE, build_baseline, save_baseline
+    from aaco.agent.verdict.lake import read_lake
 
     try:
         doc = build_baseline(read_lake(lake), models=model or None, machine=not no_machine)
@@ -113,9 +113,9 @@ def diff(
 
     Warns when the environment (GPU, driver, versions, clocks) differs from the baseline's.
     """
-    from aaco.agent.baselines import diff as judge
-    from aaco.agent.baselines import load_baseline
-    from aaco.agent.lake_read import read_lake
+    from aaco.agent.verdict.baselines import diff as judge
+    from aaco.agent.verdict.baselines import load_baseline
+    from aaco.agent.verdict.lake import read_lake
 
     try:
         base = load_baseline(baseline, machine=not no_machine)

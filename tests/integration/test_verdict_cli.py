@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pytest
 from scipy import stats
 
-from aaco.agent.lake_read import read_lake
+from aaco.agent.verdict.lake import read_lake
 from aaco.contract import telemetry as tm
 from aaco.contract.schemas import EventBatch, conform
 from aaco.contract.stats import Stats

@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from aaco.agent.baselines import build_baseline, diff, load_baseline, pair_models, save_baseline
-from aaco.agent.lake_read import Lake
+from aaco.agent.verdict.baselines import build_baseline, diff, load_baseline, pair_models, save_baseline
+from aaco.agent.verdict.lake import Lake
 from aaco.contract.errors import AacoError
 
 from .builders import iterations, kernels

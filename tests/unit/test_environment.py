@@ -8,8 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from aaco.agent.environment import differences, environment, lake_environment, machine_environment
-from aaco.agent.lake_read import Lake, read_lake
+from aaco.agent.verdict.environment import differences, environment, lake_environment, machine_environment
+from aaco.agent.verdict.lake import Lake, read_lake
 from aaco.contract import telemetry as tm
 from aaco.contract.errors import AacoError
 from aaco.contract.schemas import EventBatch, conform

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from aaco.agent.environment import differences, environment
-from aaco.agent.lake_read import Lake, read_lake
+from aaco.agent.verdict.environment import differences, environment
+from aaco.agent.verdict.lake import Lake, read_lake
 from aaco.analyzers.baseline import FORMAT, model_profile, models_of
 from aaco.contract.errors import AacoError
 from aaco.contract.snapshot import AnalyzerResult

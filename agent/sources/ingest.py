@@ -35,8 +35,10 @@ from aaco.agent.sources.traces.files import TraceFile
 from aaco.agent.sources.traces.limits import GZIP_MAGIC, open_regular
 from aaco.agent.sources.traces.parse import parse_any
 from aaco.agent.sources.traces.parsed import ParsedTrace
+from aaco.contract.clock import ClockOffset
 from aaco.contract.errors import TraceFormatError
 from aaco.contract.files import make_dirs, open_private
+from aaco.contract.ledger import Ledger
 
 log = logging.getLogger("aaco.sources.ingest")
 
@@ -165,27 +167,13 @@ def ingest_file(
     subject = os.fspath(tf.path)
     info = dict(meta if meta is not None else {"path": subject})
     info["identity"] = tf.identity
-    first = 0
-    if key is not None:
-        if skip_committed and ctx.ledger.pending(key):
-            return IngestResult(already=True)  # read in this run (a restarted source), rows on their way to the lake
-        saved = ctx.ledger.committed(key)
-        same = saved is not None and saved[1].get("identity") == tf.identity
-        if same and skip_committed and saved[1].get("chunks") is not None and saved[0] >= saved[1]["chunks"]:
-            return IngestResult(already=True)
-        if same and skip_committed:
-            first = saved[0]  # resume after the chunks the lake holds
-        else:
-            ctx.ledger.reset(key, {})
+    first = _resume_from(ctx.ledger, key, tf.identity, skip_committed) if key is not None else 0
+    if first is None:
+        return IngestResult(already=True)
     out = IngestResult()
-    skipped: Counter[str] = Counter()
-    clock = None
-    fmt = tf.format
-    devices: dict[str, dict] = {}
+    seen = _Seen(tf.format)
     chunks = 0  # chunks the file gave so far (the ones skipped on resume included)
     r = None
-    shown = False  # the parser listed bad rows (their lines are in the quarantine)
-    first_at: dict[str, int] = {}  # the smallest byte offset of a bad row, by reason
     try:
         for chunk, parsed in enumerate(parse_any(tf, tctx, max_bytes=max_bytes)):
             chunks = chunk + 1
@@ -197,13 +185,8 @@ def ingest_file(
                 r.seal()
             out.kernels += parsed.kernels.num_rows
             out.iterations += parsed.iterations.num_rows
-            skipped += parsed.skipped
-            clock = clock or parsed.clock
-            fmt = parsed.format
-            devices.update(parsed.devices)
+            seen.add(parsed)
             quarantine.rows(tf.path, parsed.bad_rows)
-            shown = shown or bool(parsed.bad_rows)
-            first_offsets(parsed.bad_rows, first_at)
     except Exception as exc:  # the file boundary: nothing one file raises stops the source
         out.complete = False
         if r is not None:
@@ -212,31 +195,63 @@ def ingest_file(
     if key is not None:  # the file is read (whole, or up to its damage): record how many chunks it has
         done = ctx.ledger.register(key, chunks, chunks, {**info, "chunks": chunks})
         done.seal()
-    damaged = INCOMPLETE.keys() & skipped.keys()
-    if out.complete and (damaged or (skipped and not shown)):
-        quarantine.file(tf.path)  # damaged, or bad events the parser cannot show as lines: keep the file
+    _report_skipped(ctx, source, tf.path, seen, out, quarantine)
+    counts = {"kernels": out.kernels, "iterations": out.iterations}
+    clock = seen.clock.to_dict() if seen.clock else None
+    ctx.record(SourceRecord(source, subject, seen.fmt, counts, clock, dict(seen.skipped), seen.devices))
+    return out
+
+
+def _resume_from(ledger: Ledger, key: str, identity: str, skip_committed: bool) -> int | None:
+    """The first chunk to publish under ``key``; None when the lake holds, or is receiving, the whole file."""
+    if skip_committed and ledger.pending(key):
+        return None  # read in this run (a restarted source), rows on their way to the lake
+    saved = ledger.committed(key)
+    if saved is not None and skip_committed and saved[1].get("identity") == identity:
+        chunks = saved[1].get("chunks")
+        return None if chunks is not None and saved[0] >= chunks else saved[0]  # else resume after the lake's chunks
+    ledger.reset(key, {})
+    return 0
+
+
+class _Seen:
+    """What the chunks of one file said: skipped counts, clock, format, devices, where bad rows were."""
+
+    def __init__(self, fmt: str) -> None:
+        self.fmt = fmt
+        self.skipped: Counter[str] = Counter()
+        self.clock: ClockOffset | None = None
+        self.devices: dict[str, dict] = {}
+        self.shown = False  # the parser listed bad rows (their lines are in the quarantine)
+        self.first_at: dict[str, int] = {}  # the smallest byte offset of a bad row, by reason
+
+    def add(self, parsed: ParsedTrace) -> None:
+        """Take in one chunk."""
+        self.skipped += parsed.skipped
+        self.clock = self.clock or parsed.clock
+        self.fmt = parsed.format
+        self.devices.update(parsed.devices)
+        self.shown = self.shown or bool(parsed.bad_rows)
+        first_offsets(parsed.bad_rows, self.first_at)
+
+
+def _report_skipped(
+    ctx: SourceContext, source: str, path: Path, seen: _Seen, out: IngestResult, quarantine: Quarantine
+) -> None:
+    """Quarantine a damaged file, mark it incomplete, and report each kind of skipped row once."""
+    damaged = INCOMPLETE.keys() & seen.skipped.keys()
+    if out.complete and (damaged or (seen.skipped and not seen.shown)):
+        quarantine.file(path)  # damaged, or bad events the parser cannot show as lines: keep the file
     out.complete = out.complete and not damaged
-    gz = bool(first_at) and _gzipped(tf.path)
-    for reason, count in skipped.items():
-        at = where(first_at.get(reason), gz)
+    gz = bool(seen.first_at) and _gzipped(path)
+    for reason, count in seen.skipped.items():
+        at = where(seen.first_at.get(reason), gz)
         if reason in INCOMPLETE:
             message = INCOMPLETE[reason].format(at=at, count=count)
         else:
             message = f"skipped {count} bad row(s)/event(s): {reason}" + (f", the first{at}" if at else "")
-        ctx.problem(source, subject, reason, message, fatal=False, count=count)
-    out.skipped = sum(skipped.values())
-    ctx.record(
-        SourceRecord(
-            source,
-            subject,
-            fmt,
-            {"kernels": out.kernels, "iterations": out.iterations},
-            clock.to_dict() if clock else None,
-            dict(skipped),
-            devices,
-        )
-    )
-    return out
+        ctx.problem(source, os.fspath(path), reason, message, fatal=False, count=count)
+    out.skipped = sum(seen.skipped.values())
 
 
 def first_offsets(bad: list[BadRow], into: dict[str, int]) -> dict[str, int]:

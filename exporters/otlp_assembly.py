@@ -485,18 +485,3 @@ class TraceAssembler:
             held = [retrace(s, new_trace) for s in held]
         self.stats.inc(SPANS_EXPORTED, 1, kind="root")
         return [root.encode(), *held]
-
-
-def application_spans(request: Any) -> list[AppSpan]:
-    """The spans of a request whose resource names a ``process.pid`` (the ones that can be linked)."""
-    out = []
-    for rs in request.resource_spans:
-        pid = next((kv.value.int_value for kv in rs.resource.attributes if kv.key == "process.pid"), None)
-        if pid is None:
-            continue
-        for ss in rs.scope_spans:
-            for span in ss.spans:
-                out.append(
-                    AppSpan(pid, span.start_time_unix_nano, span.end_time_unix_nano, span.trace_id, span.span_id, span)
-                )
-    return out

@@ -25,7 +25,7 @@ from aaco.contract.version import version
 from aaco.exporters import otlp_wire as w
 from aaco.exporters.base import Exporter, ExportResult
 from aaco.exporters.context import ExporterContext
-from aaco.exporters.otlp_assembly import AppRequest, TraceAssembler, application_spans
+from aaco.exporters.otlp_assembly import AppRequest, AppSpan, TraceAssembler
 from aaco.exporters.otlp_sender import OtlpSender
 from aaco.exporters.otlp_settings import OtlpConfig, OtlpTarget, resolve, resource_attributes
 from aaco.exporters.otlp_transport import Transport
@@ -186,3 +186,18 @@ def rejected_spans(response: bytes) -> int:
         return int(trace_service_pb2.ExportTraceServiceResponse.FromString(response).partial_success.rejected_spans)
     except Exception:  # a proxy's non-OTLP body: the request itself was accepted
         return 0
+
+
+def application_spans(request: Any) -> list[AppSpan]:
+    """The spans of a request whose resource names a ``process.pid`` (the ones that can be linked)."""
+    out = []
+    for rs in request.resource_spans:
+        pid = next((kv.value.int_value for kv in rs.resource.attributes if kv.key == "process.pid"), None)
+        if pid is None:
+            continue
+        for ss in rs.scope_spans:
+            for span in ss.spans:
+                out.append(
+                    AppSpan(pid, span.start_time_unix_nano, span.end_time_unix_nano, span.trace_id, span.span_id, span)
+                )
+    return out

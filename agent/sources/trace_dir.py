@@ -351,51 +351,56 @@ class TraceDirSource(Source):
         return f.decoder
 
     def _tail(self, ctx: SourceContext, quarantine: Quarantine, f: _File, fh: BinaryIO) -> None:
+        lines = self._complete_lines(ctx, quarantine, f, fh)
+        if lines is not None:
+            self._publish_lines(ctx, quarantine, f, fh, *lines)
+
+    def _complete_lines(
+        self, ctx: SourceContext, quarantine: Quarantine, f: _File, fh: BinaryIO
+    ) -> tuple[bytes, int] | None:
+        """The complete lines written past ``f.offset`` and where they start; None while there are none."""
         cfg = self.config
         if f.header is None:
             fh.seek(0)
             first = fh.readline(cfg.max_line_bytes)
             if not first.endswith(b"\n"):
-                return  # the header is not complete yet
+                return None  # the header is not complete yet
             f.header = first
             f.offset = max(f.offset, len(first))
         fh.seek(f.offset)
         data = fh.read(cfg.tail_block_bytes)
         if not data:
-            return
+            return None
         start = f.offset
         if f.skipping_line:  # the rest of an over-long line: drop it up to its newline
             nl = data.find(b"\n")
             if nl < 0:
                 f.offset += len(data)
-                return
+                return None
             data, start, f.skipping_line = data[nl + 1 :], start + nl + 1, False
             f.offset = start
         cut = data.rfind(b"\n") + 1
-        if cut == 0:
-            if len(data) >= cfg.max_line_bytes:  # a line with no end in sight: skip it, counted
-                f.skipping_line, f.offset = True, start + len(data)
-                quarantine.rows(f.path, [BadRow(start, data[:4096], "line_too_long")])
-                ctx.problem(
-                    self.name,
-                    os.fspath(f.path),
-                    "line_too_long",
-                    f"a line longer than {cfg.max_line_bytes} bytes at offset {start} was skipped",
-                    fatal=False,
-                    count=1,
-                )
-            return  # the partial last line waits for its newline
-        chunk = data[:cut]
+        if cut == 0 and len(data) >= cfg.max_line_bytes:  # a line with no end in sight: skip it, counted
+            f.skipping_line, f.offset = True, start + len(data)
+            quarantine.rows(f.path, [BadRow(start, data[:4096], "line_too_long")])
+            message = f"a line longer than {cfg.max_line_bytes} bytes at offset {start} was skipped"
+            ctx.problem(self.name, os.fspath(f.path), "line_too_long", message, fatal=False, count=1)
+        return (data[:cut], start) if cut else None  # a partial last line waits for its newline
+
+    def _publish_lines(
+        self, ctx: SourceContext, quarantine: Quarantine, f: _File, fh: BinaryIO, chunk: bytes, start: int
+    ) -> None:
+        """Decode and publish complete lines as one ledger range, then report what they skipped."""
         decoder = self._decoder(ctx, f)  # what it raises is a failed file (``_failed``)
         assert decoder is not None
         result = decoder.decode(chunk, start)
-        r = ctx.ledger.register(f.key, start, start + cut, self._meta(f, fh))
+        r = ctx.ledger.register(f.key, start, start + len(chunk), self._meta(f, fh))
         try:
             if result.table.num_rows:
                 ctx.publish(self.name, "kernels", result.table, durable=True, live=True, range_=r)
         finally:
             r.seal()  # even if publishing raised: an open range would hold the file's checkpoint back for good
-        f.offset = start + cut
+        f.offset = start + len(chunk)
         f.events += result.table.num_rows
         if result.bad_rows:
             quarantine.rows(f.path, result.bad_rows)
@@ -405,17 +410,12 @@ class TraceDirSource(Source):
             message = f"skipped {count} bad row(s): {reason}" + (f", the first{at}" if at else "")
             ctx.problem(self.name, os.fspath(f.path), reason, message, fatal=False, count=count)
         if f.records == 0:
-            ctx.record(
-                SourceRecord(
-                    self.name,
-                    os.fspath(f.path),
-                    f.format or "",
-                    {"kernels": result.table.num_rows},
-                    decoder.ctx.clock.to_dict(),
-                    dict(result.skipped),
-                    decoder.devices,
-                )
+            counts = {"kernels": result.table.num_rows}
+            clock = decoder.ctx.clock.to_dict()
+            record = SourceRecord(
+                self.name, os.fspath(f.path), f.format or "", counts, clock, dict(result.skipped), decoder.devices
             )
+            ctx.record(record)
         f.records += 1
 
 

@@ -323,33 +323,12 @@ def parse_rocpd(
             launches = _launches(con, TimeWindow(ctx.clock.offset_ns), skipped)
             iterations = _iterations(con, ctx, skipped)
             model, anchor = _process_info(con)
-            pids = tuple(
-                sorted(
-                    {p for r in con.execute("SELECT pid FROM rocpd_info_process") if (p := small(r[0])) is not None}
-                    if _columns(con, "rocpd_info_process")
-                    else set()
-                )
-            )
+            pids = _pids(con)
         except sqlite3.DatabaseError as exc:
             raise ValueError(f"not a rocpd database of a known schema: {exc}") from exc
         first = True
         for kind, sql in (("kernel", _kernel_sql(con)), ("memcpy", _copy_sql(con))):
-            if sql is None:
-                continue
-            try:
-                cur = con.execute(sql)
-            except sqlite3.DatabaseError as exc:
-                skipped[f"unreadable_{kind}_table"] += 1
-                del exc
-                continue
-            while True:
-                try:
-                    rows = cur.fetchmany(CHUNK_ROWS)
-                except sqlite3.DatabaseError:
-                    skipped["corrupt_database"] += 1
-                    break
-                if not rows:
-                    break
+            for rows in _fetch(con, sql, kind, skipped):
                 table = rows_table(rows, kind, ctx, agents, launches, skipped)
                 if table is None:
                     continue
@@ -365,6 +344,35 @@ def parse_rocpd(
             if first:
                 part.model, part.anchor_raw_ns = model, anchor
             yield part
+
+
+def _pids(con: sqlite3.Connection) -> tuple[int, ...]:
+    """The traced processes' ids (none when the database has no process table)."""
+    if not _columns(con, "rocpd_info_process"):
+        return ()
+    return tuple(
+        sorted({p for r in con.execute("SELECT pid FROM rocpd_info_process") if (p := small(r[0])) is not None})
+    )
+
+
+def _fetch(con: sqlite3.Connection, sql: str | None, kind: str, skipped: Counter[str]) -> Iterator[list[Any]]:
+    """The rows of ``sql`` in chunks; an unreadable table or a corrupt page ends them, counted."""
+    if sql is None:
+        return
+    try:
+        cur = con.execute(sql)
+    except sqlite3.DatabaseError:
+        skipped[f"unreadable_{kind}_table"] += 1
+        return
+    while True:
+        try:
+            rows = cur.fetchmany(CHUNK_ROWS)
+        except sqlite3.DatabaseError:
+            skipped["corrupt_database"] += 1
+            return
+        if not rows:
+            return
+        yield rows
 
 
 def sniff(head: bytes) -> str | None:

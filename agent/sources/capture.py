@@ -3,7 +3,7 @@
 A command template (placeholders ``{pid}``, ``{out}``, ``{duration_ms}``), for example ``rocprofv3
 --attach {pid} --attach-duration-msec {duration_ms} --kernel-trace --output-format csv -d {out}``,
 is run against GPU processes — those with ``/dev/kfd``, ``/dev/dri/renderD*`` or ``/dev/nvidia*``
-open (``sched_targets.gpu_processes``) — or configured pids: every ``interval_s`` on a schedule, and
+open (``sched.targets.gpu_processes``) — or configured pids: every ``interval_s`` on a schedule, and
 on demand (``request``: ``aaco capture --pid P``, which posts to the agent's ``/api/v1/capture``
 with an admin credential, or an analyzer finding). Whoever asks, a window is only run for a process
 the ``targets`` rule allows (a GPU process, or a listed pid; a thread id stands for its process) and
@@ -21,7 +21,7 @@ captured is live data (it sets ``aaco_source_lag_seconds``); the directories an 
 behind are not.
 
 A capture is named by its process: the kernels of a window take the model the target's command line
-names (``/proc/<pid>/cmdline``, read as the window starts, through ``trace_common.model_from_command``:
+names (``/proc/<pid>/cmdline``, read as the window starts, through ``traces.model_names.model_from_command``:
 ``python3 train.py`` -> ``train``), unless the config names one, so every window of one process is
 one model however the profiler names its files. The name is kept in the window's directory
 (``MODEL_FILE``), so a directory left by an earlier run is named by its process too, never by

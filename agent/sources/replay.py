@@ -1,6 +1,6 @@
 """The ``replay`` source: push trace files through the pipeline once (``aaco replay``, demo samples).
 
-Every recognised file (``formats.sniff``: ONNX Runtime profiles, Kineto traces, rocprofv3 CSV, JSON
+Every recognised file (``traces.detect.sniff``: ONNX Runtime profiles, Kineto traces, rocprofv3 CSV, JSON
 and rocpd databases, rocprof v1/v2 results) is read by ``ingest.ingest_file``: published chunk by
 chunk as one exactly-once range keyed by the file's content identity, so replaying a file the lake
 already holds (the agent restarted, the same file under another name) adds nothing; ``force``

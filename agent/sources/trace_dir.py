@@ -11,8 +11,8 @@ the cost is one ``stat`` per file):
 - Any other recognised file (JSON, rocpd databases, gzip files, marker traces) is read once it is
   complete: its size and mtime unchanged for ``settle_s`` (a file renamed into place is already
   settled), within the source's limits (``max_file_bytes``, ``max_gzip_ratio``, ``max_json_depth``).
-- A poll recognises a file's format from its first bytes (``formats.recognise``); the whole file
-  is hashed (``formats.identify``, its content identity) only once it is read whole. A tailed file
+- A poll recognises a file's format from its first bytes (``detect.recognise``); the whole file
+  is hashed (``detect.identify``, its content identity) only once it is read whole. A tailed file
   is never hashed: its identity is its inode and header line, stable while it grows.
 - Files are tracked by device and inode; the identity (a digest of the first bytes) is checked
   against the checkpoint, so a restart resumes where the lake's last commit ended, a file

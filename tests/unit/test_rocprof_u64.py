@@ -1,7 +1,7 @@
 """rocprofv3 JSON in full range: unsigned 64-bit ids, numbers past 64 bits, numbers ijson cannot convert.
 
 Also the shared pieces (``rocprofv3_u64``): the value readers, the time window, ``NumberGuard``,
-``U64Column``, and ``trace_common.model_from_command``.
+``U64Column``, and ``model_names.model_from_command``.
 """
 
 from __future__ import annotations

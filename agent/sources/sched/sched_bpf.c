@@ -1,4 +1,4 @@
-// AACO sched source: the eBPF program (bcc), loaded by aaco.agent.sources.sched_ebpf.
+// AACO sched source: the eBPF program (bcc), loaded by aaco.agent.sources.sched.ebpf.
 //
 // Tracepoints only (kprobes may be unavailable): sched:sched_switch, sched:sched_wakeup,
 // sched:sched_wakeup_new, sched:sched_process_exit, exceptions:page_fault_user, plus

@@ -10,12 +10,12 @@ of runqueue latency per process, and optionally the off-CPU intervals longer tha
 Backends (``backend``):
 
 - ``ebpf``: bcc programs on kernel tracepoints (raw where the kernel's BTF gives the task layout,
-  else classic), filtered and aggregated in the kernel (``sched_ebpf``, ``sched_bpf.c``); needs
+  else classic), filtered and aggregated in the kernel (``ebpf``, ``sched_bpf.c``); needs
   root (or CAP_BPF + CAP_PERFMON), bcc and kernel headers (and tracefs for classic tracepoints);
-- ``proc``: ``/proc/<pid>/task/<tid>/{schedstat,status,stat}`` (``sched_proc``), for any user;
+- ``proc``: ``/proc/<pid>/task/<tid>/{schedstat,status,stat}`` (``proc``), for any user;
 - ``auto``: eBPF where it can run, else ``proc``.
 
-The agent says once, in its log, which backend it uses and why. Targets (``sched_targets``) are
+The agent says once, in its log, which backend it uses and why. Targets (``targets``) are
 re-resolved every ``discover_interval_s``: processes holding a GPU device open, configured pids
 and cgroups, the agent itself, or every task (``all_tasks``).
 """

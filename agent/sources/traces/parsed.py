@@ -16,8 +16,8 @@ class ParsedTrace:
     """Events read from one trace, ready to conform and publish (iterations first, then kernels).
 
     ``devices`` maps the ``device`` strings of the kernels to what the trace says about them (name,
-    product, the tool's own label), see ``trace_common``. ``bad_rows`` are the rows that could not be
-    used, as ``trace_common.BadRow`` (byte offset, raw bytes, reason), for logs and quarantine; their
+    product, the tool's own label), see ``devices``. ``bad_rows`` are the rows that could not be
+    used, as ``context.BadRow`` (byte offset, raw bytes, reason), for logs and quarantine; their
     counts by reason are in ``skipped``.
 
     ``model`` is the model the file itself names (rocprofv3 metadata command line, Kineto process

@@ -32,7 +32,7 @@ is counted ``int_out_of_range``; one whose times convert outside 1990..2100 ``ti
 (``bad_time``: negative, or end before start). Columns nothing reads are never fetched.
 
 The first chunk carries ``model``, from the first ``rocpd_info_process.command`` (see
-``trace_common.model_from_command``), and ``anchor_raw_ns``, the largest ``fini`` (else ``end``)
+``model_names.model_from_command``), and ``anchor_raw_ns``, the largest ``fini`` (else ``end``)
 of ``rocpd_info_process``, when the database has them.
 """
 

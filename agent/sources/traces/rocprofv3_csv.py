@@ -30,7 +30,7 @@ and ``source/docs/data/*.csv``:
   message; instant marks (``roctxMarkA``, start == end) and control calls are not iterations.
 - ``agent_info.csv``: ``Node_Id, Logical_Node_Id, Agent_Type, ..., Name, Vendor_Name,
   Product_Name, Model_Name`` (53 columns, ``generateCSV.cpp``): maps agents to GPU ordinals and
-  names (see ``trace_common``).
+  names (see ``traces``).
 
 Each file is parsed on its own (kernel and copy traces into kernels, marker traces into
 iterations); HIP API and agent files are companions, read when a kernel or copy trace beside them

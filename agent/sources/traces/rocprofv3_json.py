@@ -45,7 +45,7 @@ end before start); fields nothing reads (``hive_id``, code objects, anything unk
 a record or the file, whatever they hold.
 
 The first chunk carries ``model``, from the first process's ``metadata.command`` (the argv
-rocprofiler-sdk reads from ``/proc/<pid>/cmdline``, see ``trace_common.model_from_command``: the
+rocprofiler-sdk reads from ``/proc/<pid>/cmdline``, see ``model_names.model_from_command``: the
 script of an interpreter or launcher, else the program's base name), and ``anchor_raw_ns``: the
 largest ``metadata.fini_time`` (the tool's finalisation, raw clock), else the last end among the
 host API records (pass 1 has them; the GPU records come in pass 2, after the first chunk).

@@ -62,9 +62,11 @@ from aaco.agent.sources.traces.kineto_values import (
 from aaco.agent.sources.traces.launches import LaunchTable
 from aaco.agent.sources.traces.limits import TraceLimits
 from aaco.agent.sources.traces.parsed import ParsedTrace
+from aaco.agent.sources.traces.tables import const, typed_table
 from aaco.agent.sources.traces.whole import load_whole_json, rechunk
 from aaco.contract.clock import EPOCH_CEIL_NS, EPOCH_FLOOR_NS, ClockOffset
 from aaco.contract.ids import span_id, trace_id
+from aaco.contract.schemas import ITERATIONS, KERNELS
 
 FORMAT = "kineto"
 GPU_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
@@ -285,23 +287,24 @@ def _kernels(ev: _Events, clock: ClockOffset, host: int | None, ctx: dict[str, s
         name_idx = np.zeros(n, np.int32)
     names = pa.array(lt.names or [""], pa.string())
     pid = np.where(launch_pid >= 0, launch_pid, -1 if host is None else host)
-    table = pa.table(
+    table = typed_table(
+        KERNELS,
         {
-            "start_ns": pa.array(start, pa.int64()),
-            "end_ns": pa.array(end, pa.int64()),
+            "start_ns": start,
+            "end_ns": end,
             "pid": pa.array(pid, pa.int64(), mask=pid < 0),
             "tid": pa.array(launch_tid, pa.int64(), mask=launch_tid < 0),
-            "device": pa.array([None if d is None else str(d) for d in gpu["device"]], pa.string()),
-            "stream": pa.array(gpu["stream"], pa.int64()),
-            "name": pa.array(gpu["name"], pa.string()),
-            "kind": pa.array(gpu["kind"], pa.string()),
-            **{k: pa.array(gpu[k], pa.int64()) for k in _INT_COLS},
+            "device": [None if d is None else str(d) for d in gpu["device"]],
+            "stream": gpu["stream"],
+            "name": gpu["name"],
+            "kind": gpu["kind"],
+            **{k: gpu[k] for k in _INT_COLS},
             "launch_start_ns": pa.array(launch_start, pa.int64(), mask=~hit),
             "launch_end_ns": pa.array(launch_end, pa.int64(), mask=~hit),
             "launch_name": names.take(pa.array(name_idx, pa.int32(), mask=name_idx == len(names) - 1)),
-            "op_name": pa.array([None if e is None else ev.ops.get(e) for e in gpu["ext"]], pa.string()),
-            **{k: pa.repeat(pa.scalar(ctx[k]), n) for k in ("node", "source", "run_id")},
-        }
+            "op_name": [None if e is None else ev.ops.get(e) for e in gpu["ext"]],
+            **{k: const(ctx[k], n) for k in ("node", "source", "run_id")},
+        },
     )
     if not n:
         return table
@@ -320,18 +323,19 @@ def _iterations(
     m = len(kept)
     labels = [f"{_STEP_PREFIX}{s[0]}" for s, _, _ in kept]
     node, identity = ctx["node"], ctx["identity"]
-    return pa.table(
+    return typed_table(
+        ITERATIONS,
         {
-            "start_ns": pa.array([a for _, a, _ in kept], pa.int64()),
-            "end_ns": pa.array([b for _, _, b in kept], pa.int64()),
-            "pid": pa.array([s[3] if s[3] is not None else host for s, _, _ in kept], pa.int64()),
-            "tid": pa.array([s[4] for s, _, _ in kept], pa.int64()),
-            "iteration": pa.array([s[0] for s, _, _ in kept], pa.int64()),
-            "name": pa.array(labels, pa.string()),
-            "trace_id": pa.array([trace_id(node, identity, label) for label in labels], pa.string()),
-            "span_id": pa.array([span_id(node, identity, label) for label in labels], pa.string()),
-            **{k: pa.array([ctx[k]] * m, pa.string()) for k in ("node", "model", "run_id", "source")},
-        }
+            "start_ns": [a for _, a, _ in kept],
+            "end_ns": [b for _, _, b in kept],
+            "pid": [s[3] if s[3] is not None else host for s, _, _ in kept],
+            "tid": [s[4] for s, _, _ in kept],
+            "iteration": [s[0] for s, _, _ in kept],
+            "name": labels,
+            "trace_id": [trace_id(node, identity, label) for label in labels],
+            "span_id": [span_id(node, identity, label) for label in labels],
+            **{k: const(ctx[k], m) for k in ("node", "model", "run_id", "source")},
+        },
     )
 
 

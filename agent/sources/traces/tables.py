@@ -16,6 +16,7 @@ import pyarrow as pa
 from aaco.agent.sources.traces.context import BadRow, TraceContext
 from aaco.agent.sources.traces.parsed import ParsedTrace
 from aaco.contract.ids import span_id, trace_id
+from aaco.contract.schemas import ITERATIONS
 
 CHUNK_ROWS = 65_536
 
@@ -69,21 +70,22 @@ def iterations_table(
     order = np.argsort(start_ns, kind="stable")
     m = len(order)
     ks = [keys[i] for i in order]
-    return pa.table(
+    return typed_table(
+        ITERATIONS,
         {
-            "start_ns": pa.array(start_ns[order], I64),
-            "end_ns": pa.array(end_ns[order], I64),
+            "start_ns": start_ns[order],
+            "end_ns": end_ns[order],
             "node": const(ctx.node, m),
-            "pid": pa.array([pid[i] for i in order], I64),
-            "tid": pa.array([tid[i] for i in order], I64),
+            "pid": [pid[i] for i in order],
+            "tid": [tid[i] for i in order],
             "model": const(ctx.model, m),
             "run_id": const(ctx.run_id, m),
-            "trace_id": pa.array([trace_id(ctx.node, ctx.identity, "range", k) for k in ks], STR),
-            "span_id": pa.array([span_id(ctx.node, ctx.identity, "range", k) for k in ks], STR),
+            "trace_id": [trace_id(ctx.node, ctx.identity, "range", k) for k in ks],
+            "span_id": [span_id(ctx.node, ctx.identity, "range", k) for k in ks],
             "source": const(ctx.source, m),
-            "iteration": pa.array(np.arange(m, dtype=np.int64), I64),
-            "name": pa.array([names[i] for i in order], STR),
-        }
+            "iteration": np.arange(m, dtype=np.int64),
+            "name": [names[i] for i in order],
+        },
     )
 
 

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow.compute as pc
 from pydantic import Field, PositiveInt
 
-from aaco.analyzers.base import Analyzer
+from aaco.analyzers.base import AgentHints, Analyzer
 from aaco.analyzers.grouping import group
 from aaco.contract.config_base import StrictModel
 from aaco.contract.schemas import EventBatch
@@ -188,3 +188,8 @@ class ActivityAnalyzer(Analyzer):
                 )
             )
         return ActivityResult(tuple(out))
+
+
+def create(s: ActivitySettings, hints: AgentHints, max_models: int) -> ActivityAnalyzer:
+    """The analyzer for its settings and what the agent derives from its sources."""
+    return ActivityAnalyzer(max_windows=s.max_windows)

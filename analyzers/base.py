@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import ClassVar
 
 from aaco.contract.component import Component
@@ -73,3 +75,17 @@ class DerivedAnalyzer(Analyzer):
 def ratio(num: float, den: float) -> float | None:
     """Num / den, or None when the denominator is not positive."""
     return num / den if den > 0 else None
+
+
+@dataclass(frozen=True)
+class AgentHints:
+    """What the agent derives from its sources' settings for the analyzers.
+
+    ``smi_compat``: compatibility names per ``smi`` source name (sources that ask for them);
+    ``smi_interval_s``: the slowest ``smi`` interval (1 s without one); ``sched_max_workloads``: the
+    largest ``max_workloads`` of the ``sched`` sources (64 without one).
+    """
+
+    smi_compat: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    smi_interval_s: float = 1.0
+    sched_max_workloads: int = 64

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow.compute as pc
 from pydantic import Field, PositiveInt
 
-from aaco.analyzers.base import DerivedAnalyzer, ratio
+from aaco.analyzers.base import AgentHints, DerivedAnalyzer, ratio
 from aaco.analyzers.bottleneck_rules import CLASSES, UNKNOWN, Classification, classify
 from aaco.analyzers.grouping import group
 from aaco.contract import telemetry as tm
@@ -377,3 +377,14 @@ def _throttle(result: AnalyzerResult | None, key: tuple[str, str]) -> dict[str, 
         value = impact(*key)
         return {"throttle_latency_impact": value} if value is not None else {}
     return {}
+
+
+def create(s: BottleneckSettings, hints: AgentHints, max_models: int) -> BottleneckAnalyzer:
+    """The analyzer for its settings and what the agent derives from its sources."""
+    return BottleneckAnalyzer(
+        max_models=max_models,
+        max_windows=s.max_windows,
+        max_devices=s.max_devices,
+        max_pids=s.max_pids,
+        min_finding_confidence=s.min_finding_confidence,
+    )

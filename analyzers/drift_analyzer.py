@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
-from aaco.analyzers.base import Analyzer
+from aaco.analyzers.base import AgentHints, Analyzer
 from aaco.analyzers.drift import DETECTORS, ChangePoint
 from aaco.analyzers.grouping import group
 from aaco.contract.config_base import StrictModel
@@ -379,3 +379,14 @@ def _fmt(value: float, unit: str) -> str:
     if unit == "s":
         return f"{value * 1e3:.3g} ms" if abs(value) < 1 else f"{value:.3g} s"
     return f"{value:.4g}"
+
+
+def create(s: DriftSettings, hints: AgentHints, max_models: int) -> DriftAnalyzer:
+    """The analyzer for its settings and what the agent derives from its sources."""
+    return DriftAnalyzer(
+        detector=s.detector,
+        detector_options=dict(s.detector_options),
+        max_models=max_models,
+        hold_s=s.hold_s,
+        max_open_iterations=s.max_open_iterations,
+    )

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, PositiveInt
 
-from aaco.analyzers.base import Analyzer, ratio
+from aaco.analyzers.base import AgentHints, Analyzer, ratio
 from aaco.analyzers.grouping import group
 from aaco.contract.config_base import StrictModel
 from aaco.contract.kernels import FAMILIES, families
@@ -229,3 +229,8 @@ class FamiliesAnalyzer(Analyzer):
             )
             out[key] = FamiliesGroup(g.iterations, total_ns / 1e9, fams, kernels, g.names_dropped)
         return FamiliesResult(out)
+
+
+def create(s: FamiliesSettings, hints: AgentHints, max_models: int) -> FamiliesAnalyzer:
+    """The analyzer for its settings and what the agent derives from its sources."""
+    return FamiliesAnalyzer(max_models=max_models, max_names=s.max_names, top=s.top)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from aaco.analyzers.base import Analyzer, ratio
+from aaco.analyzers.base import AgentHints, Analyzer, ratio
 from aaco.analyzers.grouping import group
 from aaco.contract.config_base import StrictModel
 from aaco.contract.schemas import EventBatch
@@ -189,3 +189,8 @@ class KarAnalyzer(Analyzer):
             kar = ratio(kpi, g) if (kpi is not None and g) else None
             out[key] = KarRow(kar, kpi, g, go, ratio(kpi, go) if (kpi is not None and go) else None, iters, kernels)
         return KarResult(out)
+
+
+def create(s: KarSettings, hints: AgentHints, max_models: int) -> KarAnalyzer:
+    """The analyzer for its settings and what the agent derives from its sources."""
+    return KarAnalyzer(max_models=max_models)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field, PositiveInt
 
-from aaco.analyzers.base import Analyzer
+from aaco.analyzers.base import AgentHints, Analyzer
 from aaco.analyzers.stats import percentiles
 from aaco.contract.config_base import StrictModel
 from aaco.contract.schemas import EventBatch
@@ -149,3 +149,8 @@ class LatencyAnalyzer(Analyzer):
                 st.exemplar[1] if st.exemplar else None,
             )
         return LatencyResult(models, hists)
+
+
+def create(s: LatencySettings, hints: AgentHints, max_models: int) -> LatencyAnalyzer:
+    """The analyzer for its settings and what the agent derives from its sources."""
+    return LatencyAnalyzer(window=s.window, max_models=max_models)

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from aaco.analyzers.base import Analyzer, ratio
+from aaco.analyzers.base import AgentHints, Analyzer, ratio
 from aaco.analyzers.grouping import group
 from aaco.analyzers.launch_overhead import LaunchOverhead
 from aaco.contract.config_base import StrictModel
@@ -280,3 +280,14 @@ class LaunchAnalyzer(Analyzer):
         pb = PointBuilder()
         self._overhead.points(pb)
         return LaunchResult(self._threshold_us, out, tuple(pb.points))
+
+
+def create(s: LaunchSettings, hints: AgentHints, max_models: int) -> LaunchAnalyzer:
+    """The analyzer for its settings and what the agent derives from its sources."""
+    return LaunchAnalyzer(
+        microkernel_threshold_us=s.microkernel_threshold_us,
+        max_groups=max_models,
+        max_runs=s.max_runs,
+        runtime_outlier_us=s.runtime_outlier_us,
+        delay_outlier_us=s.delay_outlier_us,
+    )

@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from aaco.analyzers.base import Analyzer
+from aaco.analyzers.base import AgentHints, Analyzer
 from aaco.analyzers.stats import log2_quantile
 from aaco.contract.config_base import StrictModel
 from aaco.contract.sched import (
@@ -421,3 +421,10 @@ class SchedAnalyzer(Analyzer):
             tuple(w.row() for w in self._other.values()),
             tuple(hist),
         )
+
+
+def create(s: SchedSettings, hints: AgentHints, max_models: int) -> SchedAnalyzer:
+    """The analyzer for its settings and what the agent derives from its sources."""
+    return SchedAnalyzer(
+        max_workloads=hints.sched_max_workloads, retain_s=s.retain_s, stale_s=s.stale_s, max_folded=s.max_folded
+    )

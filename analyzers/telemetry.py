@@ -26,7 +26,7 @@ from typing import Any, Final
 import pyarrow as pa
 from pydantic import Field, PositiveFloat, PositiveInt
 
-from aaco.analyzers.base import Analyzer
+from aaco.analyzers.base import AgentHints, Analyzer
 from aaco.analyzers.layout import LayoutCache
 from aaco.analyzers.telemetry_compat import compat_points
 from aaco.analyzers.telemetry_series import BASE_LABELS, Series
@@ -287,3 +287,9 @@ class TelemetryAnalyzer(Analyzer):
             for s in self._series.values()
         )
         return TelemetryResult(series, dict(self._dropped), dict(self.compat))
+
+
+def create(s: TelemetrySettings, hints: AgentHints, max_models: int) -> TelemetryAnalyzer:
+    """Series outlive ten samples of the slowest ``smi`` source; compatibility names as each asks."""
+    stale = max(s.stale_after_s, 10 * hints.smi_interval_s)
+    return TelemetryAnalyzer(max_series=s.max_series, stale_after_s=stale, compat=hints.smi_compat)

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco.analyzers.base import Analyzer
+from aaco.analyzers.base import AgentHints, Analyzer
 from aaco.analyzers.layout import LayoutCache
 from aaco.analyzers.throttle_episodes import Episode, Episodes
 from aaco.analyzers.throttle_impact import ImpactRow, LatencyImpact
@@ -299,3 +299,8 @@ class ThrottleAnalyzer(Analyzer):
             "pending_iterations": len(self._impact.pending),
         }
         return ThrottleResult(gpus, self._impact.rows(), dict(self._dropped), settings)
+
+
+def create(s: ThrottleSettings, hints: AgentHints, max_models: int) -> ThrottleAnalyzer:
+    """The analyzer for its settings and what the agent derives from its sources."""
+    return ThrottleAnalyzer(settings=s, max_models=max_models)

@@ -20,7 +20,7 @@ from aaco.agent.sources.traces.detect import identify
 from aaco.agent.sources.traces.json_salvage import load_json
 from aaco.agent.sources.traces.limits import Document, JsonDepthError, TraceLimits
 from aaco.agent.sources.traces.parse import context_for, parse_any
-from aaco.agent.sources.traces.rocprofv3_u64 import NumberGuard
+from aaco.agent.sources.traces.u64 import NumberGuard
 from aaco.contract.errors import TraceFormatError
 from tests.support import tracegen
 from tests.unit import test_ort_profile

@@ -23,7 +23,7 @@ from aaco.agent.sources.traces import rocpd
 from aaco.agent.sources.traces.detect import identify
 from aaco.agent.sources.traces.limits import TraceLimitError, TraceLimits
 from aaco.agent.sources.traces.parse import context_for, parse_any
-from aaco.agent.sources.traces.rocprofv3_u64 import OUT_OF_RANGE as OUT
+from aaco.agent.sources.traces.u64 import OUT_OF_RANGE as OUT
 from aaco.contract.clock import ClockOffset
 from aaco.contract.schemas import conform
 
@@ -325,7 +325,7 @@ def test_sqlite_without_rocpd_tables_is_not_rocpd(tmp_path):
     assert sniff(read_head(tmp_path / "other.db")) is None
 
 
-# --- every number in full (rocprofv3_u64) --------------------------------------------------------
+# --- every number in full (u64) -----------------------------------------------------------------
 
 U63 = 1 << 63
 

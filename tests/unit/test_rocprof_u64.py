@@ -1,6 +1,6 @@
 """rocprofv3 JSON in full range: unsigned 64-bit ids, numbers past 64 bits, numbers ijson cannot convert.
 
-Also the shared pieces (``rocprofv3_u64``): the value readers, the time window, ``NumberGuard``,
+Also the shared pieces (``u64``): the value readers, the time window, ``NumberGuard``,
 ``U64Column``, and ``model_names.model_from_command``.
 """
 
@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from aaco.agent.sources.traces import rocprofv3_u64 as u
+from aaco.agent.sources.traces import u64 as u
 from aaco.agent.sources.traces.detect import identify
 from aaco.agent.sources.traces.model_names import model_from_command
 from aaco.agent.sources.traces.parse import context_for, parse_any

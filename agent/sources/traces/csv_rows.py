@@ -20,7 +20,7 @@ and are widened when a value does not fit, before any slow path: to ``uint64`` f
 [2^63, 2^64) (rocprofiler-sdk's ids and handles), to ``decimal128(38, 0)`` for a negative value
 in a ``uint64`` column or a value of up to 38 digits beyond that. pyarrow names the failing column
 and value, so each widening costs one failed parse, once per reader (a widened type stays for
-later chunks). ``rocprofv3_u64.arrow_u64`` turns any of the three into 64-bit patterns; a value
+later chunks). ``u64.arrow_u64`` turns any of the three into 64-bit patterns; a value
 longer than 38 digits makes its row a bad row counted ``int_out_of_range``.
 """
 

@@ -23,8 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco.agent.sources.traces.rocprofv3_u64 import U64_MASK
 from aaco.agent.sources.traces.tables import STR
+from aaco.agent.sources.traces.u64 import U64_MASK
 
 _LABEL = re.compile(r"^\s*(?:(Agent|GPU|CPU)\s+)?(-?\d+)\s*$", re.I)
 
@@ -111,7 +111,7 @@ class AgentMap:
     def resolve_handle(self, handle: int | None) -> str | None:
         """Device string for a JSON agent handle / rocpd agent row id; ``agent<handle>`` if unknown.
 
-        Handles are unsigned 64-bit (``rocprofv3_u64``): a negative int means the same 64 bits.
+        Handles are unsigned 64-bit (``u64``): a negative int means the same 64 bits.
         """
         if handle is None:
             return None

@@ -24,7 +24,7 @@
   the start is as exact as the loaded double allows (within 125 ns for epoch microseconds with a
   nanosecond fraction, exact with a base or integer microseconds).
 
-Bad input is counted in ``skipped`` and left out, never raised (``kineto_values``): an event whose
+Bad input is counted in ``skipped`` and left out, never raised (``json_values``): an event whose
 time is not a finite number (``bad_time``) or lands outside 1990..2100 (``time_out_of_range``), an
 id, pid, tid, device, stream or correlation beyond int64 (``int_out_of_range``), a kernel name that
 is not a string (``bad_name``) or longer than ``MAX_NAME_BYTES`` (``name_too_long``). Auxiliary
@@ -47,8 +47,7 @@ import pyarrow as pa
 from aaco.agent.sources.traces.context import TraceContext
 from aaco.agent.sources.traces.files import TraceFile
 from aaco.agent.sources.traces.format import TraceFormat
-from aaco.agent.sources.traces.kineto_process import ProcessInfo
-from aaco.agent.sources.traces.kineto_values import (
+from aaco.agent.sources.traces.json_values import (
     INT_OUT_OF_RANGE,
     TIME_OUT_OF_RANGE,
     IntOutOfRangeError,
@@ -59,6 +58,7 @@ from aaco.agent.sources.traces.kineto_values import (
     opt_int,
     span_ns,
 )
+from aaco.agent.sources.traces.kineto_process import ProcessInfo
 from aaco.agent.sources.traces.launches import LaunchTable
 from aaco.agent.sources.traces.limits import TraceLimits
 from aaco.agent.sources.traces.parsed import ParsedTrace

@@ -33,7 +33,7 @@ from collections.abc import Set
 from dataclasses import dataclass, field
 from typing import Any
 
-from aaco.agent.sources.traces.kineto_values import NAME_TOO_LONG, IntOutOfRangeError, need_int
+from aaco.agent.sources.traces.json_values import NAME_TOO_LONG, IntOutOfRangeError, need_int
 
 MAX_MODEL_BYTES = 256
 _INTERPRETER = re.compile(r"^(?:i?python|pypy)[\d.]*[dmu]*$|^(?:pt_main_thread|torchrun)$", re.I)

@@ -7,15 +7,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from aaco.agent.sources.traces.rocprofv3_u64 import TimeWindow
 from aaco.agent.sources.traces.tables import I64, STR
+from aaco.agent.sources.traces.u64 import TimeWindow
 
 
 @dataclass
 class LaunchTable:
     """Host API calls (HIP) by correlation id, sorted, for a vectorised join with GPU records.
 
-    Correlation ids are ``uint64`` (``rocprofv3_u64``; int64 ids are viewed with the same bits);
+    Correlation ids are ``uint64`` (``u64``; int64 ids are viewed with the same bits);
     times are raw (BOOTTIME) or epoch ns, as the caller gives them. ``pid`` and ``tid`` are int64
     arrays (the 64 bits of each id) with ``pid_ok`` / ``tid_ok`` marking the known ones: ``build``
     takes nullable Arrow columns, or numpy arrays where a negative value is unknown.

@@ -11,7 +11,7 @@
   a file has no such anchor: it is anchored so its last event ends at the file's modification time
   (ONNX Runtime writes the file when profiling ends), and the method is recorded as ``file-mtime``.
 
-Bad input is counted in ``skipped`` and left out, never raised (``kineto_values``): a time that is
+Bad input is counted in ``skipped`` and left out, never raised (``json_values``): a time that is
 not a finite number, a negative time or duration (``bad_time``: times count from the profiling start);
 an operator or kernel before every run (``before_first_run``; the warmup runs left out on request are
 not counted); an event ending more than ``MAX_PROFILE_US`` after the profiling start (a profile is one
@@ -38,7 +38,7 @@ import pyarrow as pa
 from aaco.agent.sources.traces.context import TraceContext
 from aaco.agent.sources.traces.files import TraceFile
 from aaco.agent.sources.traces.format import TraceFormat
-from aaco.agent.sources.traces.kineto_values import (
+from aaco.agent.sources.traces.json_values import (
     INT_OUT_OF_RANGE,
     TIME_OUT_OF_RANGE,
     IntOutOfRangeError,

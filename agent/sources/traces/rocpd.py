@@ -20,7 +20,7 @@ category starts with ``HIP_`` are their launches (joined by correlation id); ``M
 ``MARKER_CORE_RANGE_API`` regions with ``end > start`` are iterations. Rows are fetched and
 yielded in chunks of ``CHUNK_ROWS``. Timestamps are CLOCK_BOOTTIME ns (``TraceContext.clock``).
 
-Numbers in full (``rocprofv3_u64``): rocprofiler-sdk's ids and timestamps are unsigned 64-bit,
+Numbers in full (``u64``): rocprofiler-sdk's ids and timestamps are unsigned 64-bit,
 and SQLite holds signed 64-bit integers. A value at or above 2^63 reaches the database as the
 int64 of the same bits (bound as an integer), as REAL (an integer literal past int64, which the
 writer's SQL text produces: SQLite keeps its nearest double, so ids that close are already one
@@ -62,8 +62,8 @@ from aaco.agent.sources.traces.model_names import model_from_command
 from aaco.agent.sources.traces.parsed import ParsedTrace
 from aaco.agent.sources.traces.rocpd_rows import rows_table, small, sql_id, sql_int, sql_u64
 from aaco.agent.sources.traces.rocprofv3_csv import MARKER_RANGE_DOMAINS
-from aaco.agent.sources.traces.rocprofv3_u64 import OUT_OF_RANGE, TimeWindow, int64_column, signed, u64_array
 from aaco.agent.sources.traces.tables import CHUNK_ROWS, empty_iterations, empty_kernels, iterations_table
+from aaco.agent.sources.traces.u64 import OUT_OF_RANGE, TimeWindow, int64_column, signed, u64_array
 
 FORMAT = "rocpd"
 SQLITE_MAGIC = b"SQLite format 3\x00"

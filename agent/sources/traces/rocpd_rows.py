@@ -1,6 +1,6 @@
 """rocpd rows to ``kernels`` columns: SQLite values read as unsigned 64-bit, checked, counted.
 
-See ``rocpd`` for how the values reach the database and the convention (``rocprofv3_u64``).
+See ``rocpd`` for how the values reach the database and the convention (``u64``).
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ import pyarrow.compute as pc
 from aaco.agent.sources.traces.context import MAX_NAME_BYTES, TraceContext
 from aaco.agent.sources.traces.devices import AgentMap
 from aaco.agent.sources.traces.launches import LaunchTable
-from aaco.agent.sources.traces.rocprofv3_u64 import OUT_OF_RANGE, U64_MASK, TimeWindow, as_int, int64_column, u64_array
 from aaco.agent.sources.traces.tables import stamp_kernels
+from aaco.agent.sources.traces.u64 import OUT_OF_RANGE, U64_MASK, TimeWindow, as_int, int64_column, u64_array
 
 _DIGITS = re.compile(r"\s*[-+]?\d{1,40}\s*")
 _INT63 = (1 << 63) - 1
 
 
 def sql_int(v: Any) -> Any:
-    """An SQLite value as a Python int (``rocprofv3_u64.as_int``); TEXT that is an integer counts too."""
+    """An SQLite value as a Python int (``u64.as_int``); TEXT that is an integer counts too."""
     if type(v) is int:
         return v
     if isinstance(v, str):

@@ -24,7 +24,7 @@ id); a copy's size comes from its launching call's ``sizeBytes(...)``. ``otherDa
 (HSA system clock), converted with ``TraceContext.clock``; the largest raw end of the file is
 ``ParsedTrace.anchor_raw_ns`` (first chunk), for re-anchoring a trace recorded on another boot.
 
-Bad values are counted in ``skipped`` and left out, never raised (``kineto_values``): a time that is
+Bad values are counted in ``skipped`` and left out, never raised (``json_values``): a time that is
 not a number (``bad_time``, ``missing_value`` when empty) or lands outside 1990..2100 once
 converted (``time_out_of_range``), a time, pid, tid, device, queue, stream or correlation id beyond
 int64 (``int_out_of_range``: the event is left out), a name longer than ``MAX_NAME_BYTES``
@@ -51,7 +51,7 @@ from aaco.agent.sources.traces.context import MAX_NAME_BYTES, TraceContext
 from aaco.agent.sources.traces.csv_rows import CsvRowReader
 from aaco.agent.sources.traces.files import TraceFile
 from aaco.agent.sources.traces.format import TraceFormat
-from aaco.agent.sources.traces.kineto_values import (
+from aaco.agent.sources.traces.json_values import (
     INT_OUT_OF_RANGE,
     TIME_OUT_OF_RANGE,
     IntOutOfRangeError,
@@ -121,7 +121,7 @@ _CSV_SIZES = (("grid", "grid_x"), ("block", "workgroup_x"))
 def parse_results_csv(data: bytes, ctx: TraceContext) -> Iterator[ParsedTrace]:
     """Kernels of a rocprof v1/v2 results.csv (whole content, header first).
 
-    Numbers are read as text and converted here (``kineto_values.int_column``), so that one value
+    Numbers are read as text and converted here (``json_values.int_column``), so that one value
     beyond int64 is that row's ``int_out_of_range`` (or a null grid size), not a row pyarrow refuses.
     """
     names = parse_header(data)

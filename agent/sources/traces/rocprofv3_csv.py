@@ -41,7 +41,7 @@ event once. Timestamps are CLOCK_BOOTTIME ns, converted with ``TraceContext.cloc
 ``csv_rows.CsvRowReader``: vectorised, bad rows reported with their byte offset. Constants and the
 header parser are in ``rocprofv3_csv_layout``, API traces and agents in ``rocprofv3_csv_api``.
 
-Numbers in full (``rocprofv3_u64``): the integer columns are read as ``int64`` and widened to
+Numbers in full (``u64``): the integer columns are read as ``int64`` and widened to
 ``uint64`` (or ``decimal128``) only in a reader that meets a value past int64 (``csv_rows``), so
 the usual file keeps pyarrow's fastest path. Ids, handles and timestamps are unsigned 64-bit:
 correlation ids join their launches as ``uint64``; the ``int64`` columns of ``kernels``
@@ -105,8 +105,8 @@ from aaco.agent.sources.traces.rocprofv3_csv_layout import (
     read_bytes,
     sniff_csv,
 )
-from aaco.agent.sources.traces.rocprofv3_u64 import TimeWindow, U64Column
 from aaco.agent.sources.traces.tables import chunks, empty_kernels, stamp_kernels
+from aaco.agent.sources.traces.u64 import TimeWindow, U64Column
 
 __all__ = [
     "DICT",

@@ -1,6 +1,6 @@
 """rocprofv3 CSV companions: API traces (HIP launches, rocTX ranges) and ``agent_info.csv``.
 
-See ``rocprofv3_csv`` for the layouts. Integer columns are read in full (``rocprofv3_u64``):
+See ``rocprofv3_csv`` for the layouts. Integer columns are read in full (``u64``):
 correlation ids join as ``uint64``; a row whose needed integer does not fit 64 bits is counted
 ``int_out_of_range``; a raw time at or above 2^63 ns is ``time_out_of_range`` (whatever the clock
 offset, it is no time of this century), and the launches a kernel is joined with are checked
@@ -37,8 +37,8 @@ from aaco.agent.sources.traces.rocprofv3_csv_layout import (
     parse_header,
     read_bytes,
 )
-from aaco.agent.sources.traces.rocprofv3_u64 import TimeWindow, U64Column
 from aaco.agent.sources.traces.tables import iterations_table
+from aaco.agent.sources.traces.u64 import TimeWindow, U64Column
 from aaco.contract.errors import TraceFormatError
 
 

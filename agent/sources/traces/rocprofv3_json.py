@@ -32,7 +32,7 @@ in ``skipped``; a file cut short yields everything before the cut and counts ``t
 Timestamps are CLOCK_BOOTTIME ns, converted with ``TraceContext.clock``. Pass 1 lives in
 ``rocprofv3_json_meta``.
 
-Numbers in full (``rocprofv3_u64``): ijson runs without ``use_float``, so integers of any size
+Numbers in full (``u64``): ijson runs without ``use_float``, so integers of any size
 come as Python ints and other numbers as ``Decimal`` (``1e999`` included), behind a
 ``NumberGuard`` that defuses the few numbers ijson's C backend cannot convert without crashing.
 Handles, ids and timestamps are unsigned 64-bit: agents map to devices and dispatches join their
@@ -77,7 +77,8 @@ from aaco.agent.sources.traces.rocprofv3_json_meta import (
     iterations,
     read_metadata,
 )
-from aaco.agent.sources.traces.rocprofv3_u64 import (
+from aaco.agent.sources.traces.tables import CHUNK_ROWS, empty_kernels, stamp_kernels
+from aaco.agent.sources.traces.u64 import (
     OUT_OF_RANGE,
     U64_MASK,
     NumberGuard,
@@ -87,7 +88,6 @@ from aaco.agent.sources.traces.rocprofv3_u64 import (
     u64,
     u64_array,
 )
-from aaco.agent.sources.traces.tables import CHUNK_ROWS, empty_kernels, stamp_kernels
 
 FORMAT = "rocprofv3_json"
 

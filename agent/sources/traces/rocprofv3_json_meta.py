@@ -4,7 +4,7 @@
 (see ``rocprofv3_json`` for the layout and why streaming). ``read_metadata`` runs it once over the
 small parts and the host-side records: processes (``metadata.pid``, ``command``, ``fini_time``),
 agents, kernel symbols, strings, HIP launches (packed into a ``LaunchTable`` per process) and
-rocTX ranges. Numbers are read in full (``rocprofv3_u64``).
+rocTX ranges. Numbers are read in full (``u64``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from aaco.agent.sources.traces.launches import LaunchTable
 from aaco.agent.sources.traces.limits import TraceLimits, open_trace
 from aaco.agent.sources.traces.model_names import model_from_command
 from aaco.agent.sources.traces.rocprofv3_csv import MARKER_RANGE_DOMAINS
-from aaco.agent.sources.traces.rocprofv3_u64 import (
+from aaco.agent.sources.traces.tables import const, empty_iterations, iterations_table
+from aaco.agent.sources.traces.u64 import (
     INT64_MIN,
     OUT_OF_RANGE,
     U64_MASK,
@@ -37,7 +38,6 @@ from aaco.agent.sources.traces.rocprofv3_u64 import (
     signed,
     u64,
 )
-from aaco.agent.sources.traces.tables import const, empty_iterations, iterations_table
 
 ROOTS = ("rocprofiler-sdk-tool.item", "rocprofiler-sdk-tool")
 _LIST = "[]"  # marks a field collected as a list

@@ -38,6 +38,20 @@ SAMPLE_FAMILIES = {
     "void at::native::(anonymous namespace)::fused_dropout_kernel_vec": "elementwise",
     "void at::native::(anonymous namespace)::distribution_elementwise_grid_stride_kernel": "elementwise",
     "void at::native::(anonymous namespace)::multi_tensor_apply_kernel": "elementwise",  # optimizer step
+    # H100 convolution + attention training steps (Kineto, CUDA 13): cuBLAS/cuBLASLt/CUTLASS GEMMs, a cuDNN
+    # weight-gradient convolution named "implicit_gemm", cuDNN layout transforms, softmax.
+    "sm80_xmma_gemm_f32f32": "gemm",
+    "sm80_xmma_wgrad_implicit_gemm": "convolution",  # weight gradient of the convolution, as an implicit GEMM
+    "void cudnn::engines_precompiled::nchwToNhwcKernel": "convolution",  # cuDNN's layout transform for its conv
+    "void cudnn::engines_precompiled::nhwcToNchwKernel": "convolution",
+    "void cublasLt::epilogue::impl::globalKernel": "gemm",
+    "void cublasLt::splitKreduce_kernel": "gemm",  # the split-K reduction of a GEMM, not a tensor reduction
+    "void cutlass::Kernel2<cutlass_80_simt_sgemm": "gemm",
+    "void gemmSN_NN_kernel": "gemm",
+    "void gemmSN_TN_kernel": "gemm",
+    "void scal_kernel": "gemm",  # cuBLAS scal (the beta scaling of a GEMM)
+    "void sgemm_largek_lds64": "gemm",
+    "void (anonymous namespace)::softmax_warp_": "normalization",
     # MI250 mini training (Kineto, ROCm 6.2): Tensile GEMMs.
     "Cijk_A": "gemm",
     "elementwise_kernel": "elementwise",

@@ -22,6 +22,7 @@ from aaco.contract.schemas import conform
 
 MI250 = "kineto/mi250_minitoy_train_ROCm6_2_kineto.json.gz"
 A100 = "kineto/a100_alexnet_trace.json.gz"
+H100 = "kineto/h100_conv_attn_train_cu130_kineto.json.gz"
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 CPU_CATS = {"cpu_op", "cuda_runtime", "cuda_driver", "user_annotation"}
 MTIME = 1_700_000_000_123_456_789
@@ -156,6 +157,27 @@ def test_a100_sample(samples):
         assert ls <= s
     conform("kernels", p.kernels)
     conform("iterations", p.iterations)
+
+
+def test_h100_sample(samples):
+    """A capture of our own on an H100 (PyTorch 2.11, CUDA 13, CUPTI 13): fractional-microsecond times
+    relative to baseTimeNanoseconds, a compute capability 9.0 device, and user annotations that are
+    not profiler steps (so no iterations)."""
+    doc = load(samples / H100)
+    events = gpu_events(doc)
+    p = parse(doc, source="replay-h100")
+    assert Counter(p.kernels.column("kind").to_pylist()) == {"kernel": 292, "memcpy": 8, "memset": 16}
+    check_durations(p, events)
+    assert p.clock.method == "kineto-baseTimeNanoseconds"
+    assert p.clock.offset_ns == doc["baseTimeNanoseconds"]
+    starts = p.kernels.column("start_ns").to_pylist()
+    assert min(starts) == round(min(e["ts"] for e in events) * 1000) + doc["baseTimeNanoseconds"]
+    assert p.devices["0"]["compute_capability"] == "9.0"
+    assert p.devices["0"]["name"] == "NVIDIA H100 80GB HBM3"
+    assert p.iterations.num_rows == 0  # record_function("ProfilerStep#model") is an annotation, not a step
+    assert p.kernels.column("launch_start_ns").null_count == 0
+    assert sorted(p.kernels.column("correlation_id").to_pylist()) == sorted(e["args"]["correlation"] for e in events)
+    conform("kernels", p.kernels)
 
 
 def test_a100_memcpy_bytes_streams_and_grids(samples):

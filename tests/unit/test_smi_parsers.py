@@ -171,6 +171,30 @@ def test_nvidia_smi_acceptance_values(samples: Path):
     assert not any(r.metric == "hw.gpu.utilization" for r in snap.gpus[0].readings)  # N/A under MIG
 
 
+def test_nvidia_smi_h100_driver_580(samples: Path):
+    """A capture of our own on an H100 (nvsmi_device_v13.dtd, driver 580): Hopper's thermal-limit fields,
+    a memory power section and 'Requested functionality has been deprecated' are read past, not misread."""
+    path = samples / "nvidia-smi" / "h100-sxm5-v13.xml.gz"
+    snap = parse_nvidia_smi(sample_bytes(path), str(path))
+    assert snap.problems == [] and len(snap.gpus) == 1
+    assert value(snap, "0", "hw.power") == 79.73  # instant_power_draw, not the average (80.06) nor memory's
+    assert value(snap, "0", "aaco.gpu.power.limit") == 700.0
+    assert value(snap, "0", "hw.temperature", sensor="edge") == 36.0  # gpu_temp, not gpu_temp_tlimit (51)
+    assert value(snap, "0", "hw.temperature", sensor="memory") == 39.0
+    assert value(snap, "0", "hw.gpu.memory.limit") == 81559 * 2**20
+    assert value(snap, "0", "hw.gpu.memory.usage") == 0.0
+    assert value(snap, "0", "aaco.gpu.clock.frequency", clock="sm") == 345e6
+    assert value(snap, "0", "aaco.gpu.clock.max", clock="sm") == 1980e6
+    assert value(snap, "0", "aaco.gpu.clock.frequency", clock="memory") == 2619e6
+    assert value(snap, "0", "hw.errors", **{"error.type": "uncorrected"}) == 1.0
+    g = snap.gpus[0].gpu
+    assert (g.uuid, g.pci_bus, g.model) == (
+        "GPU-dab60736-6049-d541-3661-0407a2d7284c",
+        "0000:00:06.0",
+        "NVIDIA H100 80GB HBM3",
+    )
+
+
 def test_nvidia_smi_active_clock_event_reasons(samples: Path):
     text = sample_bytes(samples / "nvidia-smi" / "a100-sxm4-v12.xml.gz").decode()
     text = text.replace(

@@ -1,4 +1,4 @@
-"""Clock conversion: every timestamp leaves a source as Unix-epoch nanoseconds (DESIGN section 3).
+"""Clock conversion: every timestamp leaves a source as Unix-epoch nanoseconds (docs/architecture.md, Event schemas).
 
 rocprofv3 and HSA stamp CLOCK_BOOTTIME; to convert, the offset between the two clocks is sampled
 by bracketing: read the epoch clock, then BOOTTIME, then the epoch clock again, many times, and

@@ -2,8 +2,8 @@
 
 Both backends (eBPF and ``/proc``) hand the ``sched`` source a ``Drain``: per-thread deltas over
 one interval, a log2 histogram of runqueue latency per process, long off-CPU intervals, and the
-processes that exited. ``drain_to_table`` turns it into the long-form ``sched`` schema (DESIGN
-section 3): one row per (thread, metric) with ``ts_ns`` the end of the interval and ``interval_ns``
+processes that exited. ``drain_to_table`` turns it into the long-form ``sched`` schema (docs/architecture.md,
+Event schemas): one row per (thread, metric) with ``ts_ns`` the end of the interval and ``interval_ns``
 its length; zero values are left out. The metric names below are the vocabulary the lake and the
 ``sched`` analyzer share:
 

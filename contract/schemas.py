@@ -1,6 +1,6 @@
-"""Arrow schemas of the five event kinds (DESIGN section 3) and the batch type that carries them.
+"""Arrow schemas of the five event kinds (docs/architecture.md, Event schemas) and the batch type that carries them.
 
-Every kind has required columns (fixed by DESIGN) and declared optional columns that sources may
+Every kind has required columns (fixed by docs/architecture.md) and declared optional columns that sources may
 fill. ``conform`` brings any batch to the full schema of its kind — same column order, same types,
 nulls for optional columns a source does not have — so every Parquet part of one kind in the lake
 has one schema and reads as one dataset. A column a schema does not declare is an error: declare

@@ -6,7 +6,7 @@ readings, already in base units with their OpenTelemetry names) and the ``FieldP
 the field, so that bad input is reported precisely while the good readings around it are kept.
 ``to_table`` turns readings into the long-form ``telemetry`` Arrow schema (one row per reading).
 
-Names and units (DESIGN section 5, issue 5): OpenTelemetry hardware semantic conventions where
+Names and units (docs/metrics.md): OpenTelemetry hardware semantic conventions where
 they exist, ``aaco.gpu.*`` where they do not; UCUM units; ratios 0..1, bytes, watts, joules, hertz.
 """
 

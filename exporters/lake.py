@@ -1,4 +1,4 @@
-"""The local lake (DESIGN section 4): Parquet datasets per event kind, analysis.json, checkpoints/.
+"""The local lake (docs/architecture.md, The local lake): Parquet datasets per event kind, analysis.json, checkpoints/.
 
 ``DIR/<kind>/date=YYYY-MM-DD/node=<node>/part-<seq>.parquet``, hive-partitioned, every part of one
 kind with the full schema of that kind (``schemas.conform``) so the dataset reads as one table with

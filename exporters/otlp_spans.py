@@ -1,4 +1,4 @@
-"""Arrow batches and trace roots to encoded OTLP spans (DESIGN section 5), straight from the columns.
+"""Arrow batches and trace roots to encoded OTLP spans (docs/metrics.md), straight from the columns.
 
 - A *root* span is an iteration (``model_run``, ``ProfilerStep``, a rocTX range) or, when nothing finer
   exists, a capture window; the assembler (``otlp_assembly``) builds it with its summary attributes,

@@ -1,6 +1,6 @@
 """The correlator: gives kernel events the trace context of the iteration that launched them.
 
-First form (DESIGN section 1): by process and time containment. Iterations (an ORT ``model_run``,
+First form (docs/architecture.md): by process and time containment. Iterations (an ORT ``model_run``,
 a Kineto ``ProfilerStep#N``) are indexed per (node, pid); a kernel belongs to the iteration of its
 process whose [start, end] contains the kernel's *launch* time (its CPU launch call, when the
 source has one — GPU work runs after the launching step ended — else its own start).

@@ -42,6 +42,7 @@ from aaco.contract.schemas import EventBatch, empty
 from aaco.contract.snapshot import AnalysisSnapshot
 from aaco.contract.stats import Stats
 from aaco.exporters.context import ExporterContext
+from aaco.exporters.perfetto import PerfettoExporter
 from aaco.exporters.registry import EXPORTERS
 from tests.support.processes import sleepers
 
@@ -298,6 +299,17 @@ def send_one_span(receiver: Any) -> None:
 
 
 RECEIVER_WORK: dict[str, Callable[[Any], None]] = {"otlp": send_one_span}
+
+
+def test_perfetto_exporter_lifecycle(tmp_path: Path, batches: dict[str, list[EventBatch]]) -> None:
+    """The one exporter built by the command line (``--perfetto FILE``) rather than from the registry."""
+
+    def work(exporter: Any) -> None:
+        for b in batches["kernels"][:3]:
+            exporter.export(b)
+
+    lifecycle(lambda: PerfettoExporter(tmp_path / "trace.perfetto-trace", Stats()), work)
+    assert (tmp_path / "trace.perfetto-trace").stat().st_size > 0
 
 
 @pytest.mark.parametrize("kind", RECEIVERS.kinds())

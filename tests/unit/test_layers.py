@@ -172,7 +172,7 @@ def test_cycle_finder_finds_a_cycle() -> None:
 
 
 def test_no_module_is_over_500_lines() -> None:
-    """No hand-written module over 500 lines (DESIGN section 2)."""
+    """No hand-written module over 500 lines (docs/architecture.md)."""
     sizes = {p: len(p.read_text().splitlines()) for p in MODULES.values()}
     large = [f"{p.relative_to(ROOT)} has {n} lines" for p, n in sizes.items() if n > MAX_LINES]
     assert not large, f"modules over {MAX_LINES} lines: " + ", ".join(large)

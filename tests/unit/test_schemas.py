@@ -1,4 +1,4 @@
-"""Arrow event schemas: required columns per DESIGN section 3, conform, empty, EventBatch."""
+"""Arrow event schemas: required columns per docs/architecture.md (Event schemas), conform, empty, EventBatch."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from aaco.contract.schemas import REQUIRED, SCHEMAS, TIME_COLUMN, EventBatch, SchemaError, conform, empty
 
-# DESIGN.md section 3, verbatim.
+# docs/architecture.md, Event schemas, verbatim.
 DESIGN_REQUIRED = {
     "kernels": (
         "start_ns",
@@ -43,7 +43,7 @@ def test_required_columns_match_design_for_all_five_kinds():
     assert set(REQUIRED) == set(DESIGN_REQUIRED) == set(SCHEMAS)
     for kind, cols in DESIGN_REQUIRED.items():
         assert REQUIRED[kind] == cols, kind
-        # required columns come first in the full schema, in DESIGN order
+        # required columns come first in the full schema, in the documented order
         assert tuple(SCHEMAS[kind].names[: len(cols)]) == cols
 
 

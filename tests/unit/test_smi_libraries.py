@@ -58,6 +58,22 @@ def test_nvml_readings_in_base_units():
     assert nvml.state == {"init": 1, "shutdown": 1}
 
 
+def test_nvml_max_clocks_are_read_once_per_gpu():
+    """On a real H100 each nvmlDeviceGetMaxClockInfo costs ~1.5 ms of CPU; maxima are fixed, so read once."""
+    gpus = [FakeGpu(), FakeGpu(uuid="GPU-2", bus_id="00000000:2A:00.0")]
+    nvml = fake_nvml(gpus)
+    backend = open_backend("nvml", BackendOptions(modules={"pynvml": nvml}))
+    snaps = [backend.sample() for _ in range(3)]
+    assert nvml.calls.count("nvmlDeviceGetMaxClockInfo") == 2 * 4
+    assert nvml.calls.count("nvmlDeviceGetClockInfo") == 3 * 2 * 4  # current clocks every sample
+    for snap in snaps:
+        assert value(snap, "1", "aaco.gpu.clock.max", clock="memory") == 2619e6
+    gpus[1].uuid = "GPU-3"  # another board under the same index: its maxima are read
+    backend.sample()
+    assert nvml.calls.count("nvmlDeviceGetMaxClockInfo") == 3 * 4
+    backend.close()
+
+
 @pytest.mark.parametrize(
     ("mask", "expected"),
     [

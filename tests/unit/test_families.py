@@ -65,7 +65,7 @@ SAMPLE_FAMILIES = {
 
 def _sample_names(samples: Path) -> Counter[tuple[str, str]]:
     names: Counter[tuple[str, str]] = Counter()
-    for sub in ("kineto", "rocprofv3", "rocprof-v1"):
+    for sub in ("kineto", "kineto-h100", "rocprofv3", "rocprof-v1"):
         for path in sorted((samples / sub).iterdir()):
             tf = identify(path)
             if tf.format is None:

@@ -22,7 +22,7 @@ from aaco.contract.schemas import conform
 
 MI250 = "kineto/mi250_minitoy_train_ROCm6_2_kineto.json.gz"
 A100 = "kineto/a100_alexnet_trace.json.gz"
-H100 = "kineto/h100_conv_attn_train_cu130_kineto.json.gz"
+H100 = "kineto-h100/h100_conv_attn_train_cu130_kineto.json.gz"
 GPU_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 CPU_CATS = {"cpu_op", "cuda_runtime", "cuda_driver", "user_annotation"}
 MTIME = 1_700_000_000_123_456_789

@@ -251,9 +251,9 @@ class BottleneckAnalyzer(DerivedAnalyzer):
         kar = getattr(results.get("kar"), "models", {}).get(key)
         if kar is not None:
             s["kernels_per_iteration"] = kar.kernels_per_iteration
-        lat = _group(results.get("latency"), "models", key)
-        if lat and lat.get("p50_s") and lat.get("p95_s") is not None:
-            s["latency_p95_p50"] = lat["p95_s"] / lat["p50_s"]
+        lat = getattr(results.get("latency"), "models", {}).get(key)
+        if lat is not None and lat.p50_s and lat.p95_s is not None:
+            s["latency_p95_p50"] = lat.p95_s / lat.p50_s
         s.update(_activity(results.get("activity"), key[0], m))
         fam = getattr(results.get("families"), "groups", {}).get(key)
         if fam is not None:
@@ -277,14 +277,6 @@ def _keyed(result: AnalyzerResult | None) -> list[tuple[str, str]]:
         if isinstance(d, Mapping):
             return [k for k in d if isinstance(k, tuple) and len(k) == 2]
     return []
-
-
-def _group(result: AnalyzerResult | None, attr: str, key: tuple[str, str]) -> Mapping[str, Any] | None:
-    d = getattr(result, attr, None)
-    if not isinstance(d, Mapping):
-        return None
-    g = d.get(key)
-    return g if isinstance(g, Mapping) else None
 
 
 def _activity(result: AnalyzerResult | None, node: str, m: _Model) -> dict[str, float | None]:

@@ -9,7 +9,7 @@ time (1 / mean latency for one stream of requests).
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -50,17 +50,38 @@ class _ModelState:
 
 
 @dataclass(frozen=True)
+class LatencyRow:
+    """One (node, model)'s iteration latency over the recent window, in seconds (None without iterations)."""
+
+    iterations: int
+    window: int
+    p50_s: float | None
+    p95_s: float | None
+    p99_s: float | None
+    mean_s: float | None
+    min_s: float | None
+    max_s: float | None
+    throughput_per_s: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (``analysis.json``)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class LatencyResult:
     """Latency statistics per (node, model)."""
 
-    models: dict[tuple[str, str], dict[str, Any]]
+    models: dict[tuple[str, str], LatencyRow]
     histograms: dict[tuple[str, str], HistogramValue]
 
     def to_dict(self) -> dict[str, Any]:
         """``{"models": {model: {...}}}``; with several nodes the key is ``node/model``."""
         nodes = {node for node, _ in self.models}
         return {
-            "models": {(m if len(nodes) <= 1 else f"{n}/{m}"): stats for (n, m), stats in sorted(self.models.items())}
+            "models": {
+                (m if len(nodes) <= 1 else f"{n}/{m}"): row.to_dict() for (n, m), row in sorted(self.models.items())
+            }
         }
 
     def points(self) -> list[MetricPoint]:
@@ -68,7 +89,7 @@ class LatencyResult:
         pb = PointBuilder()
         for (node, model), hist in self.histograms.items():
             pb.add(ITERATION_LATENCY, hist, node=node, model=model)
-            tput = self.models[(node, model)]["throughput_per_s"]
+            tput = self.models[(node, model)].throughput_per_s
             if tput is not None:
                 pb.add(THROUGHPUT, tput, node=node, model=model)
         return pb.points
@@ -123,23 +144,23 @@ class LatencyAnalyzer(Analyzer):
 
     def snapshot(self) -> LatencyResult:
         """Current statistics."""
-        models: dict[tuple[str, str], dict[str, Any]] = {}
+        models: dict[tuple[str, str], LatencyRow] = {}
         hists: dict[tuple[str, str], HistogramValue] = {}
         for key, st in self._models.items():
             recent = np.fromiter(st.recent, dtype=np.float64)
             p50, p95, p99 = percentiles(recent, (50, 95, 99))
             mean = float(recent.mean()) if recent.size else None
-            models[key] = {
-                "iterations": st.count,
-                "window": int(recent.size),
-                "p50_s": p50,
-                "p95_s": p95,
-                "p99_s": p99,
-                "mean_s": mean,
-                "min_s": float(recent.min()) if recent.size else None,
-                "max_s": float(recent.max()) if recent.size else None,
-                "throughput_per_s": (1.0 / mean) if mean else None,
-            }
+            models[key] = LatencyRow(
+                iterations=st.count,
+                window=int(recent.size),
+                p50_s=p50,
+                p95_s=p95,
+                p99_s=p99,
+                mean_s=mean,
+                min_s=float(recent.min()) if recent.size else None,
+                max_s=float(recent.max()) if recent.size else None,
+                throughput_per_s=(1.0 / mean) if mean else None,
+            )
             hists[key] = HistogramValue(
                 tuple(LATENCY_BUCKETS),
                 tuple(int(c) for c in st.bucket_counts),

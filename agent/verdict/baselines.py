@@ -48,7 +48,8 @@ def _bottlenecks(results: Mapping[str, AnalyzerResult]) -> dict[str, tuple[int, 
     result = results.get("bottleneck")
     latency = getattr(results.get("latency"), "models", {}) or {}
     for (node, model), c in (getattr(result, "models", None) or {}).items():
-        weight = int((latency.get((node, model)) or {}).get("iterations") or 0)
+        row = latency.get((node, model))
+        weight = row.iterations if row is not None else 0
         if model not in out or weight > out[model][0]:
             out[model] = (weight, c.to_dict())
     return out

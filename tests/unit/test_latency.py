@@ -26,26 +26,26 @@ def test_quantiles_mean_min_max_throughput():
     a = LatencyAnalyzer()
     a.update(item("iterations", iterations(spans_ms(list(range(1, 102))), model="resnet")))
     m = a.snapshot().models[(NODE, "resnet")]
-    assert m["iterations"] == 101
-    assert m["window"] == 101
-    assert m["p50_s"] == pytest.approx(0.051)
-    assert m["p95_s"] == pytest.approx(0.096)
-    assert m["p99_s"] == pytest.approx(0.100)
-    assert m["mean_s"] == pytest.approx(0.051)
-    assert m["min_s"] == pytest.approx(0.001)
-    assert m["max_s"] == pytest.approx(0.101)
-    assert m["throughput_per_s"] == pytest.approx(1 / 0.051)
+    assert m.iterations == 101
+    assert m.window == 101
+    assert m.p50_s == pytest.approx(0.051)
+    assert m.p95_s == pytest.approx(0.096)
+    assert m.p99_s == pytest.approx(0.100)
+    assert m.mean_s == pytest.approx(0.051)
+    assert m.min_s == pytest.approx(0.001)
+    assert m.max_s == pytest.approx(0.101)
+    assert m.throughput_per_s == pytest.approx(1 / 0.051)
 
 
 def test_window_bounds_quantiles_but_not_counts():
     a = LatencyAnalyzer(window=3)
     a.update(item("iterations", iterations(spans_ms([100, 100, 100, 1, 2, 3]))))
     m = a.snapshot().models[(NODE, "m")]
-    assert m["iterations"] == 6
-    assert m["window"] == 3
-    assert m["max_s"] == pytest.approx(0.003)
-    assert m["p50_s"] == pytest.approx(0.002)
-    assert m["throughput_per_s"] == pytest.approx(500.0)
+    assert m.iterations == 6
+    assert m.window == 3
+    assert m.max_s == pytest.approx(0.003)
+    assert m.p50_s == pytest.approx(0.002)
+    assert m.throughput_per_s == pytest.approx(500.0)
     # the histogram still counts all six
     h = a.snapshot().histograms[(NODE, "m")]
     assert h.count == 6
@@ -107,7 +107,7 @@ def test_null_model_is_unknown_and_models_separate():
     a.update(item("iterations", iterations(spans_ms([2, 4]), model="b")))
     snap = a.snapshot()
     assert set(snap.models) == {(NODE, "unknown"), (NODE, "b")}
-    assert snap.models[(NODE, "b")]["mean_s"] == pytest.approx(0.003)
+    assert snap.models[(NODE, "b")].mean_s == pytest.approx(0.003)
     d = snap.to_dict()
     assert set(d["models"]) == {"unknown", "b"}
 
@@ -133,7 +133,7 @@ def test_snapshot_is_immutable_after_updates():
     snap = a.snapshot()
     a.update(item("iterations", iterations(spans_ms([9]))))
     assert snap.histograms[(NODE, "m")].count == 1
-    assert snap.models[(NODE, "m")]["iterations"] == 1
+    assert snap.models[(NODE, "m")].iterations == 1
 
 
 def test_empty_batch_and_empty_snapshot():
@@ -161,5 +161,5 @@ def test_zero_latency_has_no_throughput_point():
     a = LatencyAnalyzer()
     a.update(item("iterations", iterations([(10, 10)])))
     snap = a.snapshot()
-    assert snap.models[(NODE, "m")]["throughput_per_s"] is None
+    assert snap.models[(NODE, "m")].throughput_per_s is None
     assert [p.metric for p in snap.points()] == [ITERATION_LATENCY]

@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aaco.agent.admin import TokenAuth, load_token
 from aaco.agent.admin_actions import Action
@@ -52,6 +52,9 @@ from aaco.exporters.base import Exporter
 from aaco.exporters.context import ExporterContext
 from aaco.exporters.otlp_settings import resource_attributes
 from aaco.exporters.registry import EXPORTERS
+
+if TYPE_CHECKING:
+    from aaco.exporters.otlp_sender import OtlpSender  # gRPC only when a receiver forwards
 
 log = logging.getLogger("aaco.service")
 
@@ -128,7 +131,7 @@ class AgentService:
         self.wake = threading.Event()
         self.final_snapshot: AnalysisSnapshot | None = None
         self.receivers: dict[str, Component] = {}  # by kind, those enabled
-        self._forwarders: list[Any] = []  # the exporters' OtlpSender for forwarded metrics and logs
+        self._forwarders: list[OtlpSender] = []  # queues forwarding received metrics and logs upstream
         self.admin: TokenAuth | None = None  # who may run admin actions, once started with a capture source
         self._admin_socket: AdminSocketServer | None = None
 

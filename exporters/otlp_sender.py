@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Final
 
 from aaco.contract.budget import DEFAULT_BUDGET_BYTES, ByteBudget
+from aaco.contract.component import Flushing
 from aaco.contract.signals import define
 from aaco.contract.stats import EVENTS_DROPPED, EVENTS_EMITTED, EXPORT_ERRORS, QUEUE_CAPACITY, QUEUE_DEPTH, Stats
 from aaco.exporters.otlp_settings import OtlpTarget
@@ -47,7 +48,7 @@ QUEUE_BYTES: Final = define(
 )
 
 
-class OtlpSender:
+class OtlpSender(Flushing):
     """Ships encoded export requests to one target, in order, with retries; bounded in items and bytes."""
 
     def __init__(
@@ -197,7 +198,7 @@ class OtlpSender:
                 return False, 0, "retries_exhausted"
             self._abort.wait(max(0.0, self._time_left(delay)))
 
-    def flush(self, timeout_s: float) -> bool:
+    def force_flush(self, timeout_s: float) -> bool:
         """Wait until everything queued was sent (or given up), up to ``timeout_s``."""
         if self._thread is None:
             return not self._queue
@@ -222,7 +223,7 @@ class OtlpSender:
                 return
             self._shut = True
         assert self._deadline is not None
-        self.flush(max(0.0, self._deadline - time.monotonic()))
+        self.force_flush(max(0.0, self._deadline - time.monotonic()))
         self._abort.set()
         with self._cond:
             left = self.queued + self._in_flight

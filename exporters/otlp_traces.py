@@ -163,7 +163,7 @@ class OtlpTraceExporter(Exporter):
             due = self.assembler.due_applications(everything=True)
         self._send_spans(spans)
         self._forward(due)
-        return self.sender.flush(timeout_s)
+        return self.sender.force_flush(timeout_s)
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         """Flush within ``timeout_s``, then drop (counted) what is left; idempotent, safe before start."""

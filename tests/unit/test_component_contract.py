@@ -42,6 +42,8 @@ from aaco.contract.schemas import EventBatch, empty
 from aaco.contract.snapshot import AnalysisSnapshot
 from aaco.contract.stats import Stats
 from aaco.exporters.context import ExporterContext
+from aaco.exporters.otlp_forward import forwarder
+from aaco.exporters.otlp_settings import OtlpConfig
 from aaco.exporters.perfetto import PerfettoExporter
 from aaco.exporters.registry import EXPORTERS
 from tests.support.processes import sleepers
@@ -310,6 +312,20 @@ def test_perfetto_exporter_lifecycle(tmp_path: Path, batches: dict[str, list[Eve
 
     lifecycle(lambda: PerfettoExporter(tmp_path / "trace.perfetto-trace", Stats()), work)
     assert (tmp_path / "trace.perfetto-trace").stat().st_size > 0
+
+
+@pytest.mark.parametrize("signal", ["metrics", "logs"])
+def test_forwarder_lifecycle(signal: str) -> None:
+    """The queues the service opens to forward what the receiver took in: to an endpoint nobody serves."""
+    config = OtlpConfig(endpoint=closed_endpoint(), protocol="http/protobuf", timeout_s=1.0)
+
+    def build() -> Component:
+        stats = Stats()
+        sender = forwarder(config, signal, stats, ByteBudget(64 << 20, stats))  # type: ignore[arg-type]
+        assert sender is not None
+        return sender
+
+    lifecycle(build, lambda sender: sender.enqueue(b"\x0a\x00", 1))
 
 
 @pytest.mark.parametrize("kind", RECEIVERS.kinds())

@@ -75,7 +75,7 @@ def test_the_queue_is_bounded_in_bytes_and_drops_its_own_oldest():
     assert stats.get(EVENTS_DROPPED, component=COMPONENT, reason="memory_budget") == 7
     t = s._transport
     s.start()
-    assert s.flush(10)
+    assert s.force_flush(10)
     assert [p[0] for p in t.sent] == [7, 8, 9]  # the newest were kept
     assert budget.held == 0 and stats.get(EVENTS_EMITTED, component=COMPONENT) == 3
     s.shutdown(1)
@@ -107,7 +107,7 @@ def test_bytes_are_held_while_in_flight_and_through_retries_then_released():
     wait(t.entered.is_set)
     assert s.queued_bytes == 0 and s.in_flight == 2 and budget.held_by("otlp") == 500  # in flight: still held
     t.gate.set()
-    assert s.flush(10)
+    assert s.force_flush(10)
     assert budget.held == 0 and stats.get(EXPORT_ERRORS, exporter="otlp") == 2
     assert stats.get(EVENTS_EMITTED, component=COMPONENT) == 2
     s.shutdown(1)
@@ -118,7 +118,7 @@ def test_a_request_given_up_releases_its_bytes():
     s, stats, budget = sender(t)
     s.start()
     s.enqueue(b"r" * 100, 5)
-    assert s.flush(10)
+    assert s.force_flush(10)
     assert budget.held == 0 and stats.get(EVENTS_DROPPED, component=COMPONENT, reason="rejected") == 5
     s.shutdown(1)
 
@@ -160,7 +160,7 @@ def test_once_closed_sends_and_backoffs_are_capped_by_the_time_left():
     s.enqueue(b"c" * 10, 4)
     s.close(time.monotonic() + 2.0)
     s.start()
-    assert s.flush(15)  # the 30 s backoff the server asked for ends at the deadline: given up, not waited out
+    assert s.force_flush(15)  # the 30 s backoff the server asked for ends at the deadline: given up, not waited out
     assert len(t.timeouts) == 2 and all(timeout <= 2.0 for timeout in t.timeouts)
     assert stats.get(EVENTS_DROPPED, component=COMPONENT, reason="shutdown") == 4 and budget.held == 0
     s.shutdown(1)

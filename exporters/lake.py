@@ -54,7 +54,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pydantic import Field, PositiveFloat, PositiveInt
+from pydantic import Field, PositiveFloat, PositiveInt, field_validator
 
 from aaco.contract.errors import AacoError
 from aaco.contract.files import make_dirs, open_private, tighten, write_bytes_atomic
@@ -69,6 +69,8 @@ log = logging.getLogger("aaco.exporters.lake")
 _PART = re.compile(r"^part-(\d+)\.parquet$")
 _INTENT = re.compile(r"^commit-(\d+)\.json$")
 OFFSETS = "offsets.json"
+# scheme:/ or scheme:// (a Path made of "s3://b/p" keeps one slash): a URL, never a relative directory name
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):/")
 
 
 class LakeConfig(ExporterSettings):
@@ -82,6 +84,22 @@ class LakeConfig(ExporterSettings):
     flush_rows: PositiveInt = Field(200_000, description="Write a part when a partition buffers this many rows.")
     flush_interval_s: PositiveFloat = Field(10.0, description="Write buffered rows at least this often.")
     compression: str = Field("zstd", description="Parquet compression codec.")
+
+    @field_validator("path", mode="before")
+    @classmethod
+    def _local_path(cls, value: object) -> object:
+        """A local directory or a ``file://`` URL; any other URL is an error, never a directory named ``s3:``."""
+        text = str(value) if isinstance(value, (str, Path)) else None
+        found = _URL.match(text) if text is not None else None
+        if found is None or text is None:
+            return value
+        scheme = found.group(1).lower()
+        if scheme == "file":
+            return Path(urllib.parse.unquote(urllib.parse.urlsplit(text.replace(":/", ":///", 1)).path))
+        raise ValueError(
+            f"{text}: the lake is written to a local directory; {scheme}:// is not a lake destination "
+            "(use a local path or file://; shipping the lake to object storage is not available in this version)"
+        )
 
 
 NS_PER_DAY = 86_400 * 10**9

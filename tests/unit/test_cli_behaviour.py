@@ -13,6 +13,7 @@ import logging
 import os
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 from rich.console import Console
@@ -166,3 +167,21 @@ def test_capture_defaults_to_the_agents_token_file():
     from aaco.agent.cli import capture
 
     assert capture.DEFAULT_TOKEN_FILE == DEFAULT_TOKEN_FILE
+
+
+def test_replay_to_an_object_store_url_is_a_config_error(tmp_path):
+    """``--out s3://...`` used to write a local directory named ``s3:``; now it is refused, naming the fix."""
+    sample = Path(__file__).resolve().parents[2] / "examples" / "data" / "rocprofv3" / "kernel_trace.csv"
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TERMINAL_WIDTH")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "aaco.agent", "replay", str(sample), "--out", "s3://bucket/lake"],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "exporters.lake.path" in proc.stderr and "s3:// is not a lake destination" in proc.stderr
+    assert list(tmp_path.iterdir()) == []

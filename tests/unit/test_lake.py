@@ -353,3 +353,17 @@ def test_times_and_ids_are_delta_packed_names_dictionary_coded(tmp_path, stats):
     back = pq.read_table(p)
     assert back["start_ns"].to_pylist() == starts and back["name"].to_pylist() == names
     assert back["correlation_id"].to_numpy().view("uint64").tolist() == corr
+
+
+@pytest.mark.parametrize("url", ["s3://bucket/lake", Path("s3://bucket/lake"), "gs://b/p", "abfs://c/p", "http://x/y"])
+def test_a_url_other_than_file_is_an_error_not_a_directory(url, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"is not a lake destination \(use a local path or file://"):
+        LakeConfig(path=url)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_url_is_its_local_path(tmp_path):
+    assert LakeConfig(path=f"file://{tmp_path}/a%20lake").path == tmp_path / "a lake"
+    assert LakeConfig(path=Path(f"file://{tmp_path}")).path == tmp_path
+    assert LakeConfig(path="aaco-data").path == Path("aaco-data")

@@ -20,7 +20,7 @@ from typing import Annotated
 
 import typer
 
-from aaco.agent.cli import capture, graph, info, run, sched, telemetry, verdict
+from aaco.agent.cli import capture, fleet, graph, info, run, sched, telemetry, verdict
 from aaco.agent.cli.common import widen_help
 from aaco.agent.cli.config import config_app
 from aaco.contract.version import version as aaco_version
@@ -62,6 +62,7 @@ app.command(epilog=run.AGENT_EPILOG)(run.agent)
 app.command()(capture.capture)
 app.command()(verdict.diff)
 app.add_typer(verdict.baseline_app, name="baseline")
+app.add_typer(fleet.fleet_app, name="fleet")
 app.command()(sched.sched)
 app.command()(telemetry.telemetry)
 app.add_typer(config_app, name="config")

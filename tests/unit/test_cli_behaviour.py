@@ -132,6 +132,8 @@ HEAVY = (
     "aaco.agent.admin",
     "aaco.analyzers",
     "aaco.exporters",
+    "aaco.agent.fleet",
+    "duckdb",
     "pydantic",
     "pyarrow",
     "onnxruntime",

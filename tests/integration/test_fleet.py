@@ -72,7 +72,10 @@ def test_models_quantiles_agree_with_numpy(aaco_bin, fleet):
 
 def test_since_leaves_out_old_events(aaco_bin, fleet):
     lake, _ = fleet
-    assert fleet_json(aaco_bin, "summary", "--lake", str(lake), "--since", "1h") == {"nodes": []}
+    # the Kineto samples' events are from 2023 and 2025; the rocprofv3 CSV's boot-clock times are anchored to
+    # its file's mtime, which is the checkout's, so it may or may not be within the hour
+    recent = {n["node"] for n in fleet_json(aaco_bin, "summary", "--lake", str(lake), "--since", "1h")["nodes"]}
+    assert recent <= {"gpu-c"}
     assert len(fleet_json(aaco_bin, "nodes", "--lake", str(lake), "--since", "10000d")) == 3
 
 

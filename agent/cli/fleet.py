@@ -36,13 +36,20 @@ def _query(lake: str, since: str | None, ask: Callable[[Any], Any]) -> Any:
         return ask(con)
 
 
-def _print(rows: Any, as_json: bool, columns: list[tuple[str, str]], title: str) -> None:
+_TEXT = frozenset({"node", "model", "models", "family", "top_families"})
+
+
+def _print(
+    rows: Any, as_json: bool, columns: list[tuple[str, str]], title: str, text: frozenset[str] = frozenset()
+) -> None:
     if as_json:
         typer.echo(json.dumps(rows, default=str))
         return
     items = rows["nodes"] if isinstance(rows, dict) else rows
     out = table(
-        *(c for c, _ in columns), right={c for c, k in columns if k not in ("node", "model", "models")}, title=title
+        *(c for c, _ in columns),
+        right={c for c, k in columns if k not in _TEXT and k not in text},
+        title=title,
     )
     for row in items:
         out.add_row(*(_cell(row.get(k)) for _, k in columns))
@@ -55,7 +62,9 @@ def _cell(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.6g}"
     if isinstance(v, list):
-        return ", ".join(map(str, v))
+        return ", ".join(_cell(x) for x in v)
+    if isinstance(v, dict) and "family" in v:
+        return v["family"] if v.get("share") is None else f"{v['family']} {v['share']:.0%}"
     return str(v)
 
 
@@ -75,7 +84,7 @@ def summary(lake: LakeUrl, since: Since = None, as_json: AsJson = False) -> None
 
 @fleet_app.command("nodes")
 def nodes(lake: LakeUrl, since: Since = None, as_json: AsJson = False) -> None:
-    """Per node: kernels, devices, GPU busy seconds and the time span covered."""
+    """Per node: kernels, devices, GPU busy s, span, device active ratio, throttled share, top kernel families."""
     from aaco.agent.fleet import queries
 
     rows = _query(lake, since, queries.nodes)
@@ -85,15 +94,37 @@ def nodes(lake: LakeUrl, since: Since = None, as_json: AsJson = False) -> None:
         ("devices", "devices"),
         ("busy s", "busy_s"),
         ("span s", "span_s"),
+        ("active", "active_ratio"),
+        ("throttled", "throttled_share"),
+        ("top families", "top_families"),
     ]
     _print(rows, as_json, cols, "nodes")
 
 
 @fleet_app.command("models")
-def models(lake: LakeUrl, since: Since = None, as_json: AsJson = False) -> None:
-    """Per model and node: iterations, latency p50/p95/p99 and kernels per iteration."""
+def models(
+    lake: LakeUrl,
+    since: Since = None,
+    as_json: AsJson = False,
+    by_version: Annotated[
+        bool,
+        typer.Option(
+            "--by-version",
+            help="One row per model, node and the versions in force (driver, ROCm, CUDA, ONNX Runtime, ...).",
+        ),
+    ] = False,
+) -> None:
+    """Per model and node: iterations, p50/p95/p99, kernels/iteration, KAR, activity, throttling, families."""
     from aaco.agent.fleet import queries
 
+    if by_version:
+        from aaco.contract.versions import FIELDS as VERSION_FIELDS
+
+        rows = _query(lake, since, queries.models_by_version)
+        cols = [("model", "model"), ("node", "node"), *((f, f) for f in VERSION_FIELDS if f != "aaco_version")]
+        cols += [("iterations", "iterations"), ("p50 s", "p50_s"), ("p95 s", "p95_s"), ("p99 s", "p99_s")]
+        _print(rows, as_json, cols, "models by version", text=frozenset(VERSION_FIELDS))
+        return
     rows = _query(lake, since, queries.models)
     cols = [
         ("model", "model"),
@@ -103,8 +134,29 @@ def models(lake: LakeUrl, since: Since = None, as_json: AsJson = False) -> None:
         ("p95 s", "p95_s"),
         ("p99 s", "p99_s"),
         ("kernels/iter", "kernels_per_iteration"),
+        ("KAR", "kar"),
+        ("active", "active_ratio"),
+        ("throttled", "throttled_share"),
+        ("top families", "top_families"),
     ]
     _print(rows, as_json, cols, "models")
+
+
+@fleet_app.command("families")
+def families(lake: LakeUrl, since: Since = None, as_json: AsJson = False) -> None:
+    """Per node, model and kernel family: kernels, GPU time and its share of the model's kernel time."""
+    from aaco.agent.fleet import queries
+
+    rows = _query(lake, since, queries.families)
+    cols = [
+        ("node", "node"),
+        ("model", "model"),
+        ("family", "family"),
+        ("kernels", "kernels"),
+        ("time s", "time_s"),
+        ("share", "share"),
+    ]
+    _print(rows, as_json, cols, "kernel families")
 
 
 @fleet_app.command("outliers")

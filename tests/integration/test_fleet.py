@@ -1,7 +1,8 @@
 """``aaco fleet`` over one lake that three nodes replayed different real samples into.
 
 Each node's counts are checked against a replay of the same sample into a lake of its own, read back
-with pyarrow (not DuckDB); latency quantiles against numpy over the same iterations.
+with pyarrow (not DuckDB); latency quantiles against numpy over the same iterations; device activity,
+kernels per iteration and kernel families against what the node's own analyzers wrote (analysis.json).
 """
 
 from __future__ import annotations
@@ -10,8 +11,12 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
+
+from aaco.contract.versions import row as versions_row
 
 from .helpers import run_aaco
 
@@ -86,3 +91,68 @@ def test_errors_name_the_lake_and_the_fix(aaco_bin, tmp_path):
     assert proc.returncode == 2 and "not a lake" in proc.stderr
     proc = run_aaco(aaco_bin, "fleet", "outliers", "--lake", str(tmp_path), "--since", "soon")
     assert proc.returncode == 2 and "is not a duration" in proc.stderr
+
+
+def analysis(own: Path) -> dict:
+    """What the node's own analyzers concluded over the same replay (its analysis.json)."""
+    return json.loads((own / "analysis.json").read_text())
+
+
+def test_activity_kar_and_families_agree_with_each_nodes_own_analyzers(aaco_bin, fleet):
+    lake, alone = fleet
+    nodes = {r["node"]: r for r in fleet_json(aaco_bin, "nodes", "--lake", str(lake))}
+    models = fleet_json(aaco_bin, "models", "--lake", str(lake))
+    families = fleet_json(aaco_bin, "families", "--lake", str(lake))
+    for node, own in alone.items():
+        doc = analysis(own)
+        windows = doc["activity"]["devices"]
+        busy = sum(w["busy_ns"] for w in windows)
+        span = sum(max(1, w["window_end_ns"] - w["window_start_ns"]) for w in windows)
+        assert nodes[node]["active_ratio"] == pytest.approx(busy / span, rel=1e-9)
+        assert nodes[node]["throttled_share"] is None  # no telemetry in these captures
+        kernels = ds.dataset(own / "kernels", format="parquet").to_table(columns=["start_ns", "end_ns"])
+        assert nodes[node]["busy_s"] == pytest.approx(
+            float(np.sum(np.array(kernels["end_ns"]) - np.array(kernels["start_ns"]))) / 1e9, rel=1e-12
+        )
+        for row in [r for r in models if r["node"] == node]:
+            kar = doc["kar"]["models"][row["model"]]
+            assert row["kernels_per_iteration"] == pytest.approx(kar["kernels_per_iteration"], rel=1e-12)
+            assert row["kar"] == kar["kar"]
+            own_families = doc["families"]["models"][row["model"]]["families"]
+            assert [f["family"] for f in row["top_families"]] == sorted(
+                own_families, key=lambda f: -own_families[f]["time_s"]
+            )[:3]
+        got = {(r["model"], r["family"]): r["time_s"] for r in families if r["node"] == node}
+        want = {
+            (model, fam): v["time_s"]
+            for model, g in doc["families"]["models"].items()
+            for fam, v in g["families"].items()
+        }
+        assert got == pytest.approx(want, rel=1e-9)
+
+
+def test_models_by_version_splits_a_node_at_its_upgrade(aaco_bin, fleet):
+    lake, alone = fleet
+    its = ds.dataset(alone["gpu-b"] / "iterations", format="parquet").to_table().sort_by("start_ns")
+    starts = np.array(its["start_ns"])
+    upgrade = int(starts[-1])  # the last iteration runs on the new driver
+    versions = pa.concat_tables(
+        [
+            versions_row(int(starts[0]), "gpu-b", {"gpu_driver": "6.8.5", "rocm_version": "6.2.0"}),
+            versions_row(upgrade, "gpu-b", {"gpu_driver": "6.10.5", "rocm_version": "6.4.1"}),
+        ]
+    ).drop_columns(["node"])
+    part = lake / "versions" / "date=2025-02-17" / "node=gpu-b" / "part-000000.parquet"
+    part.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(versions, part)
+    try:
+        rows = [r for r in fleet_json(aaco_bin, "models", "--by-version", "--lake", str(lake)) if r["node"] == "gpu-b"]
+    finally:
+        part.unlink()
+    lat = (np.array(its["end_ns"]) - np.array(its["start_ns"])) / 1e9
+    assert [(r["gpu_driver"], r["rocm_version"], r["iterations"]) for r in rows] == [
+        ("6.8.5", "6.2.0", len(lat) - 1),
+        ("6.10.5", "6.4.1", 1),
+    ]
+    assert rows[0]["p95_s"] == pytest.approx(float(np.percentile(lat[:-1], 95)), rel=1e-12)
+    assert rows[1]["p95_s"] == pytest.approx(float(lat[-1]), rel=1e-12)

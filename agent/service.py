@@ -41,6 +41,7 @@ from aaco.agent.sources import SOURCES
 from aaco.agent.sources.base import Journal, NullProgress, Problem, Progress, Source, SourceContext
 from aaco.agent.sources.capture import CaptureConfig
 from aaco.agent.sources.supervise import Supervisor
+from aaco.agent.verdict.environment import node_versions
 from aaco.analyzers.base import Analyzer
 from aaco.analyzers.registry import AgentHints, build
 from aaco.contract.budget import ByteBudget
@@ -150,6 +151,7 @@ class AgentService:
             link_window_s=rx.link_window_s,
             link_mode=rx.link_mode,
             receiving=rx.enabled,
+            versions=node_versions() if config.exporters.lake.enabled else None,
         )
         built = (reg.factory(getattr(config.exporters, reg.config.section), ctx) for reg in EXPORTERS)
         return [e for e in built if e is not None] + self._extra

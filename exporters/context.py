@@ -34,3 +34,4 @@ class ExporterContext:
     link_mode: Literal["links", "children"] = "links"
     receiving: bool = False  # a receiver hands application spans to the trace exporter
     env: Mapping[str, str] | None = None  # OTEL_* variables (None: the process's environment)
+    versions: Mapping[str, object] | None = None  # the software found on this node (contract/versions.py)

@@ -44,7 +44,7 @@ import re
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,52 +54,25 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pydantic import Field, PositiveFloat, PositiveInt, field_validator
 
+from aaco.contract import versions
 from aaco.contract.errors import AacoError
 from aaco.contract.files import make_dirs, open_private, tighten, write_bytes_atomic
 from aaco.contract.ledger import Ledger, Range
 from aaco.contract.schemas import SCHEMAS, TIME_COLUMN, EventBatch
 from aaco.contract.snapshot import AnalysisSnapshot
 from aaco.contract.stats import EVENTS_DROPPED, EVENTS_EMITTED, EVENTS_RECEIVED, EXPORT_ERRORS, Stats
+from aaco.contract.stores import StoreOptions, open_store
 from aaco.exporters.base import Exporter, ExportResult
-from aaco.exporters.context import ExporterContext, ExporterSettings
+from aaco.exporters.context import ExporterContext
+from aaco.exporters.lake_config import LakeConfig
+from aaco.exporters.lake_ship import Shipper
 
 log = logging.getLogger("aaco.exporters.lake")
 _PART = re.compile(r"^part-(\d+)\.parquet$")
 _INTENT = re.compile(r"^commit-(\d+)\.json$")
 OFFSETS = "offsets.json"
 # scheme:/ or scheme:// (a Path made of "s3://b/p" keeps one slash): a URL, never a relative directory name
-_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):/")
-
-
-class LakeConfig(ExporterSettings):
-    """The local Parquet lake."""
-
-    section = "lake"
-    summary = "Local Parquet lake."
-
-    enabled: bool = Field(True, description="Write the lake.")
-    path: Path = Field(Path("aaco-data"), description="Lake directory (created if missing).")
-    flush_rows: PositiveInt = Field(200_000, description="Write a part when a partition buffers this many rows.")
-    flush_interval_s: PositiveFloat = Field(10.0, description="Write buffered rows at least this often.")
-    compression: str = Field("zstd", description="Parquet compression codec.")
-
-    @field_validator("path", mode="before")
-    @classmethod
-    def _local_path(cls, value: object) -> object:
-        """A local directory or a ``file://`` URL; any other URL is an error, never a directory named ``s3:``."""
-        text = str(value) if isinstance(value, (str, Path)) else None
-        found = _URL.match(text) if text is not None else None
-        if found is None or text is None:
-            return value
-        scheme = found.group(1).lower()
-        if scheme == "file":
-            return Path(urllib.parse.unquote(urllib.parse.urlsplit(text.replace(":/", ":///", 1)).path))
-        raise ValueError(
-            f"{text}: the lake is written to a local directory; {scheme}:// is not a lake destination "
-            "(use a local path or file://; shipping the lake to object storage is not available in this version)"
-        )
 
 
 NS_PER_DAY = 86_400 * 10**9
@@ -193,6 +166,8 @@ class LakeExporter(Exporter):
         records: Callable[[], list[dict[str, Any]]] | None = None,
         clock: Callable[[], float] = time.monotonic,
         ledger: Ledger | None = None,
+        node: str = "",
+        versions: Mapping[str, object] | None = None,
     ) -> None:
         self.config = config
         self.root = Path(config.path)
@@ -210,13 +185,16 @@ class LakeExporter(Exporter):
         self._sources_written: bytes | None = None
         self._closed = False
         self._started = False
+        self._node = node
+        self._versions = versions
+        self.shipper: Shipper | None = None
 
     @classmethod
     def from_config(cls, config: LakeConfig, ctx: ExporterContext) -> LakeExporter | None:
         """The lake ``config`` describes (keeping ``ctx.records`` and marking ``ctx.ledger``); None when disabled."""
         if not config.enabled:
             return None
-        return cls(config, ctx.stats, ctx.records, ledger=ctx.ledger)
+        return cls(config, ctx.stats, ctx.records, ledger=ctx.ledger, node=ctx.node, versions=ctx.versions)
 
     @property
     def checkpoints(self) -> Path:
@@ -227,7 +205,7 @@ class LakeExporter(Exporter):
 
     def start(self) -> None:
         """Create the lake, take its lock, finish any commit a crash interrupted, load the offsets."""
-        for sub in (*SCHEMAS, "checkpoints"):
+        for sub in (*SCHEMAS, versions.KIND, "checkpoints"):
             make_dirs(self.root / sub)
         self._lock_file = os.fdopen(open_private(self.root / ".lock", os.O_RDWR), "r+")
         try:
@@ -240,6 +218,14 @@ class LakeExporter(Exporter):
                 hint="give each agent its own --lake / exporters.lake.path",
             ) from exc
         self._recover()
+        if self.config.remote is not None:
+            u = self.config.upload
+            options = StoreOptions(u.endpoint_url, u.region, u.connect_timeout_s, u.request_timeout_s)
+            store = open_store(self.config.remote, options)
+            self.shipper = Shipper(self.root, store, u, self._stats, (*SCHEMAS, versions.KIND))
+            self.shipper.start()
+        if self._versions is not None and self._node:
+            self._write_versions()
         self._started = True
 
     def _recover(self) -> None:
@@ -332,7 +318,8 @@ class LakeExporter(Exporter):
     def _next_part(self, directory: Path) -> int:
         if directory not in self._seq:
             existing = [int(m.group(1)) for f in directory.glob("part-*.parquet") if (m := _PART.match(f.name))]
-            self._seq[directory] = max(existing, default=-1) + 1
+            shipped = self.shipper.mark(directory) if self.shipper is not None else -1  # parts retired locally
+            self._seq[directory] = max(*existing, shipped, -1) + 1
         seq = self._seq[directory]
         self._seq[directory] += 1
         return seq
@@ -390,6 +377,8 @@ class LakeExporter(Exporter):
                 log.error("lake: commit %d under %s failed (rows kept for the next attempt): %s", seq, self.root, exc)
                 return False
             self._commit_seq = seq
+            if self.shipper is not None and plan:
+                self.shipper.wake()
             written = sum(e.rows for e in entries)
             self._stats.inc(EVENTS_EMITTED, written, component="exporter:lake")
             rest = [e for e in self._entries if id(e) not in chosen]
@@ -430,18 +419,50 @@ class LakeExporter(Exporter):
             return ExportResult.FAILURE
         return ExportResult.SUCCESS
 
+    def _write_versions(self) -> None:
+        """One ``versions`` row when what this node runs differs from the last row written (contract/versions.py)."""
+        assert self._versions is not None
+        found = {k: self._versions.get(k) for k in versions.FIELDS}
+        last_path = self.checkpoints / "versions.json"
+        text = dump_json({"node": self._node, **found})
+        if last_path.exists() and last_path.read_bytes() == text:
+            return
+        now = time.time_ns()
+        directory = self.root / versions.KIND / f"date={_date(now // NS_PER_DAY)}"
+        directory = directory / f"node={urllib.parse.quote(self._node, safe='')}"
+        make_dirs(directory)
+        table = versions.row(now, self._node, found).drop_columns(["node"])
+        tmp = directory / ".part-versions.tmp"
+        os.close(open_private(tmp, os.O_WRONLY))
+        pq.write_table(table, tmp, compression=self.config.compression)
+        tighten(tmp)
+        final_path = directory / f"part-{self._next_part(directory):06d}.parquet"
+        while final_path.exists():
+            final_path = directory / f"part-{self._next_part(directory):06d}.parquet"
+        os.link(tmp, final_path)
+        tmp.unlink()
+        write_bytes_atomic(last_path, text)
+
     def force_flush(self, timeout_s: float = 10.0) -> bool:
-        """Commit what may be committed now."""
+        """Commit what may be committed now, and ship what is sealed within ``timeout_s``."""
         if not self._started:
             return True
-        return self.commit()
+        deadline = time.monotonic() + timeout_s
+        done = self.commit()
+        if self.shipper is not None:
+            done = self.shipper.drain(max(0.0, deadline - time.monotonic())) and done
+        return done
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
-        """Final commit, then release the lock; idempotent, safe before start."""
+        """Final commit, ship what is sealed until the deadline, release the lock; idempotent, safe before start."""
         if self._closed:
             return
+        deadline = time.monotonic() + timeout_s
         if self._started:
             self.commit(final=True)
+        if self.shipper is not None:
+            self.shipper.drain(max(0.0, deadline - time.monotonic()))
+            self.shipper.stop(max(0.0, deadline - time.monotonic()))
         self._closed = True
         if self._lock_file is not None:
             self._lock_file.close()

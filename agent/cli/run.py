@@ -35,22 +35,55 @@ AGENT_EPILOG = (
     "aaco_source_errors_total, quarantined and logged when met); 2 if the config does not validate."
 )
 
-LakeOut = Annotated[Path, typer.Option("--out", "-o", help="Lake directory.")]
+LakeOut = Annotated[
+    str | None,
+    typer.Option(
+        "--out",
+        "-o",
+        help="The lake: a directory (default exporters.lake.path, ./aaco-data), or an object store URL "
+        "(s3://BUCKET/PREFIX, gs://, abfs://) each sealed part is shipped to, exactly once, from the local "
+        "copy in exporters.lake.path (AACO_EXPORTERS_LAKE_PATH). S3 settings: AWS_ENDPOINT_URL, AWS_REGION, "
+        "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY.",
+        metavar="DIR|URL",
+    ),
+]
+NodeName = Annotated[
+    str | None,
+    typer.Option("--node", help="Node name written on every event (default $AACO_NODE, $NODE_NAME, the host name)."),
+]
 OtlpEndpoint = Annotated[str | None, typer.Option("--otlp-endpoint", help="Send traces over OTLP here.")]
 
 
+def lake_override(out: str) -> dict[str, Any]:
+    """``exporters.lake`` for ``--out``: a URL of an object store is the remote, anything else the directory."""
+    from aaco.contract.stores import is_remote
+
+    return {"remote": out} if is_remote(out) else {"path": out}
+
+
+def lake_where(service: Any) -> str:
+    """Where the lake went, for the closing line: the directory, and the store it ships to."""
+    lake = service.config.exporters.lake
+    where = str(lake.path.resolve())
+    return f"{where} (shipped to {lake.remote})" if lake.remote else where
+
+
 def exporter_overrides(
-    out: Path | None, metrics_port: int | None, otlp_endpoint: str | None, serve: bool = False
+    out: str | None,
+    metrics_port: int | None,
+    otlp_endpoint: str | None,
+    serve: bool = False,
+    node: str | None = None,
 ) -> dict[str, Any]:
-    """The ``exporters`` section that the options of ``aaco run`` and ``aaco replay`` override."""
+    """The sections that the options of ``aaco run`` and ``aaco replay`` override."""
     ex: dict[str, Any] = {"prometheus": {"enabled": metrics_port is not None or serve}}
     if metrics_port is not None:
         ex["prometheus"]["port"] = metrics_port
     if out is not None:
-        ex["lake"] = {"path": str(out)}
+        ex["lake"] = lake_override(out)
     if otlp_endpoint:
         ex["otlp"] = {"endpoint": otlp_endpoint}
-    return {"exporters": ex}
+    return {"exporters": ex, **({"node": node} if node else {})}
 
 
 def run(
@@ -69,7 +102,8 @@ def run(
             help="ONNX Runtime execution provider: auto, cpu, cuda, rocm or migraphx (auto: the best present).",
         ),
     ] = "auto",
-    out: LakeOut = Path("aaco-data"),
+    out: LakeOut = None,
+    node: NodeName = None,
     metrics_port: Annotated[
         int | None,
         typer.Option("--metrics-port", min=0, max=65535, help="Serve Prometheus metrics on this port while running."),
@@ -98,10 +132,11 @@ def run(
         "provider": provider,
         "cycles": 1,
     }
-    config = load_config_or_exit(None, {"sources": [source], **exporter_overrides(out, metrics_port, otlp_endpoint)})
+    overrides = exporter_overrides(out, metrics_port, otlp_endpoint, node=node)
+    config = load_config_or_exit(None, {"sources": [source], **overrides})
     service = run_service(config, progress=not no_progress, stop_when_done=True)
     out_console.print(summary_table(service))
-    out_console.print(f"lake: {out.resolve()}", highlight=False)
+    out_console.print(f"lake: {lake_where(service)}", highlight=False)
 
 
 def replay(
@@ -112,7 +147,8 @@ def replay(
             "profiler JSON, ONNX Runtime profiles (.gz accepted; recognised by content)."
         ),
     ],
-    out: LakeOut = Path("aaco-data"),
+    out: LakeOut = None,
+    node: NodeName = None,
     otlp_endpoint: OtlpEndpoint = None,
     metrics_port: Annotated[
         int | None, typer.Option("--metrics-port", min=0, max=65535, help="Serve Prometheus metrics on this port.")
@@ -167,7 +203,7 @@ def replay(
         "clock_offset_ns": clock_offset,
     }
     config = load_config_or_exit(
-        None, {"sources": [source], **exporter_overrides(out, metrics_port, otlp_endpoint, serve)}
+        None, {"sources": [source], **exporter_overrides(out, metrics_port, otlp_endpoint, serve, node)}
     )
     extra = []
     if perfetto is not None:
@@ -180,7 +216,7 @@ def replay(
         print_note(f"perfetto trace: {perfetto.resolve()} (open it in https://ui.perfetto.dev)")
     if not serve:
         out_console.print(summary_table(service))
-    print_note(f"replayed {len(files)} file(s) into {out.resolve()}")
+    print_note(f"replayed {len(files)} file(s) into {lake_where(service)}")
     if lost_exports(service.stats):
         raise typer.Exit(3)
 
@@ -199,7 +235,15 @@ def agent(
     metrics_port: Annotated[
         int | None, typer.Option("--metrics-port", min=0, max=65535, help="Override exporters.prometheus.port.")
     ] = None,
-    lake: Annotated[Path | None, typer.Option("--lake", help="Override exporters.lake.path.")] = None,
+    lake: Annotated[
+        str | None,
+        typer.Option(
+            "--lake",
+            help="Override exporters.lake.path, or exporters.lake.remote for an object store URL (s3://BUCKET/PREFIX).",
+            metavar="DIR|URL",
+        ),
+    ] = None,
+    node: NodeName = None,
     log_level: Annotated[str | None, typer.Option("--log-level", help="Override log_level.")] = None,
     web_config_file: Annotated[
         Path | None,
@@ -222,7 +266,9 @@ def agent(
     if prometheus:
         overrides.setdefault("exporters", {})["prometheus"] = prometheus
     if lake is not None:
-        overrides.setdefault("exporters", {})["lake"] = {"path": str(lake)}
+        overrides.setdefault("exporters", {})["lake"] = lake_override(lake)
+    if node is not None:
+        overrides["node"] = node
     if log_level is not None:
         overrides["log_level"] = log_level
     cfg = load_config_or_exit(config, overrides)

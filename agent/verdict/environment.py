@@ -143,6 +143,11 @@ def machine_environment(root: Path = Path("/"), with_ort: bool = True) -> dict[s
     return env
 
 
+def node_versions(root: Path = Path("/")) -> dict[str, Any]:
+    """The software this node runs, for the lake's ``versions`` rows (contract/versions.py)."""
+    return {key: entry["value"] for key, entry in machine_environment(root).items()}
+
+
 def _cuda_version(base: Path) -> str | None:
     """The CUDA toolkit's version, only from a directory that exists and holds a version file or the runtime.
 

@@ -171,12 +171,12 @@ def test_capture_defaults_to_the_agents_token_file():
     assert capture.DEFAULT_TOKEN_FILE == DEFAULT_TOKEN_FILE
 
 
-def test_replay_to_an_object_store_url_is_a_config_error(tmp_path):
-    """``--out s3://...`` used to write a local directory named ``s3:``; now it is refused, naming the fix."""
+def test_replay_to_a_url_of_no_store_is_a_config_error(tmp_path):
+    """``--out ftp://...`` is refused, naming the fix, and writes nothing (s3:// once wrote a directory ``s3:``)."""
     sample = Path(__file__).resolve().parents[2] / "examples" / "data" / "rocprofv3" / "kernel_trace.csv"
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TERMINAL_WIDTH")}
     proc = subprocess.run(
-        [sys.executable, "-m", "aaco.agent", "replay", str(sample), "--out", "s3://bucket/lake"],
+        [sys.executable, "-m", "aaco.agent", "replay", str(sample), "--out", "ftp://bucket/lake"],
         check=False,
         capture_output=True,
         text=True,
@@ -185,5 +185,5 @@ def test_replay_to_an_object_store_url_is_a_config_error(tmp_path):
         timeout=120,
     )
     assert proc.returncode == 2
-    assert "exporters.lake.path" in proc.stderr and "s3:// is not a lake destination" in proc.stderr
+    assert "exporters.lake" in proc.stderr and "ftp:// is not a lake location" in proc.stderr
     assert list(tmp_path.iterdir()) == []

@@ -355,12 +355,30 @@ def test_times_and_ids_are_delta_packed_names_dictionary_coded(tmp_path, stats):
     assert back["correlation_id"].to_numpy().view("uint64").tolist() == corr
 
 
-@pytest.mark.parametrize("url", ["s3://bucket/lake", Path("s3://bucket/lake"), "gs://b/p", "abfs://c/p", "http://x/y"])
-def test_a_url_other_than_file_is_an_error_not_a_directory(url, tmp_path, monkeypatch):
+@pytest.mark.parametrize("url", ["http://x/y", "ftp://host/lake", Path("hdfs://nn/lake"), "s3://", "s3:///prefix"])
+def test_a_url_no_store_reaches_is_an_error_not_a_directory(url, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ValueError, match=r"is not a lake destination \(use a local path or file://"):
+    with pytest.raises(ValueError, match=r"is not a lake location|no bucket in the URL"):
         LakeConfig(path=url)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("url", "remote"),
+    [
+        ("s3://bucket/lake", "s3://bucket/lake"),
+        (Path("s3://bucket/lake"), "s3://bucket/lake"),  # a URL that went through a Path keeps one slash
+        ("gs://b/p", "gs://b/p"),
+        ("abfs://c@acct.dfs.core.windows.net/p", "abfs://c@acct.dfs.core.windows.net/p"),
+    ],
+)
+def test_an_object_store_path_is_the_remote_with_a_local_copy(url, remote):
+    config = LakeConfig(path=url)
+    assert config.remote == remote and config.path == Path("aaco-data")
+    both = LakeConfig(path="/var/lib/aaco", remote=url)
+    assert both.remote == remote and both.path == Path("/var/lib/aaco")
+    with pytest.raises(ValueError, match="give the URL once"):
+        LakeConfig(path=url, remote="s3://other/lake")
 
 
 def test_a_file_url_is_its_local_path(tmp_path):

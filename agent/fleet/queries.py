@@ -19,16 +19,14 @@ MAD_SCALE = 0.6745  # makes the MAD of normal data comparable to a standard devi
 MIN_NODES = 3  # a median and a spread need at least three nodes
 
 SUMMARY = """
-WITH k AS (SELECT node, count(*) AS kernels FROM kernels GROUP BY node),
-     i AS (SELECT node, count(*) AS iterations FROM iterations GROUP BY node),
-     m AS (SELECT node, list(DISTINCT model ORDER BY model) AS models
-           FROM (SELECT node, model FROM iterations UNION ALL SELECT node, model FROM kernels)
-           WHERE model IS NOT NULL GROUP BY node),
-     n AS (SELECT node FROM k UNION SELECT node FROM i)
-SELECT n.node, coalesce(k.kernels, 0) AS kernels, coalesce(i.iterations, 0) AS iterations,
-       coalesce(m.models, []) AS models
-FROM n LEFT JOIN k USING (node) LEFT JOIN i USING (node) LEFT JOIN m USING (node)
-ORDER BY n.node
+WITH k AS (SELECT node, count(*) AS kernels, list(DISTINCT model) FILTER (WHERE model IS NOT NULL) AS models
+           FROM kernels GROUP BY node),
+     i AS (SELECT node, count(*) AS iterations, list(DISTINCT model) FILTER (WHERE model IS NOT NULL) AS models
+           FROM iterations GROUP BY node)
+SELECT node, coalesce(k.kernels, 0) AS kernels, coalesce(i.iterations, 0) AS iterations,
+       list_sort(list_distinct(list_concat(coalesce(k.models, []), coalesce(i.models, [])))) AS models
+FROM k FULL OUTER JOIN i USING (node)
+ORDER BY node
 """
 
 NODES = f"""

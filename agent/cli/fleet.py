@@ -15,7 +15,15 @@ fleet_app = typer.Typer(
 )
 
 LakeUrl = Annotated[
-    str, typer.Option("--lake", "-l", help="The lake: a directory (or file://) holding every node's parts.")
+    str,
+    typer.Option(
+        "--lake",
+        "-l",
+        help="The lake holding every node's parts: a directory, file://DIR, s3://BUCKET/PREFIX (AWS_ENDPOINT_URL, "
+        "AWS_REGION, AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the AWS credential chain), gs://BUCKET/PREFIX or "
+        "abfs://CONTAINER@ACCOUNT/PREFIX.",
+        metavar="URL",
+    ),
 ]
 Since = Annotated[
     str | None,

@@ -1,9 +1,12 @@
 """The fleet's lake opened for queries: one pyarrow dataset per event kind, every node's parts together.
 
 The layout is the local lake's (docs/architecture.md): ``<kind>/date=YYYY-MM-DD/node=<node>/part-*.parquet``,
-so ``node`` and ``date`` come from the hive partitioning. DuckDB reads the datasets in process through
-its Arrow scan, so no DuckDB extension is downloaded. A kind with no part yet is an empty table of its
-schema, so every query runs on a lake that has only some kinds.
+so ``node`` and ``date`` come from the hive partitioning. The lake is a local directory or an object
+store (``s3://``, ``gs://``, ``abfs://``), opened by ``aaco.contract.stores`` as a pyarrow filesystem;
+only paths of that shape are read, so an upload's temporary object or a stray file is not. DuckDB
+reads the datasets in process through its Arrow scan, so no DuckDB extension is downloaded. A kind
+with no part yet is an empty table of its schema, so every query runs on a lake that has only some
+kinds. The ``versions`` dataset (what software each node ran) is opened beside the event kinds.
 """
 
 from __future__ import annotations
@@ -11,19 +14,27 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 
+from aaco.contract import versions
 from aaco.contract.errors import AacoError
 from aaco.contract.schemas import SCHEMAS
+from aaco.contract.stores import Store, StoreError, open_store
 
 KINDS = ("kernels", "iterations", "telemetry")
+TABLES = (*KINDS, versions.KIND)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 _TIME = {"kernels": "start_ns", "iterations": "start_ns", "telemetry": "ts_ns"}
+_PART = re.compile(r"date=[^/]+/node=[^/]+/part-[^/]+\.parquet")
+_AWS_CODE = re.compile(r"AWS Error ([A-Z_]+)")
+_UNREACHABLE = ("NETWORK_CONNECTION", "Could not connect", "Couldn't resolve", "Connection refused")
+_REFUSED = ("ACCESS_DENIED", "INVALID_ACCESS_KEY_ID", "SIGNATURE_DOES_NOT_MATCH", "EXPIRED_TOKEN", "UNAUTHORIZED")
+_CREDENTIALS_HINT = "check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or the node's role, and the bucket's policy"
 
 
 class FleetError(AacoError):
@@ -40,62 +51,105 @@ def parse_duration(text: str) -> int:
     return int(float(found.group(1)) * _UNIT_S[found.group(2)] * 10**9)
 
 
-def lake_path(url: str) -> Path:
-    """The local directory a lake URL names (a path or ``file://``)."""
-    if url.startswith("file://"):
-        return Path(url[len("file://") :])
-    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", url):
-        raise FleetError(
-            f"{url}: only local lakes (a path or file://) can be queried in this version", subject="--lake"
-        )
-    return Path(url)
-
-
 _PARTITIONS = pa.schema([("date", pa.string()), ("node", pa.string())])
 
 
 def _schema(kind: str) -> pa.Schema:
     """The kind's full schema (optional columns included, null where a part lacks them), node from the path."""
-    return pa.schema([f for f in SCHEMAS[kind] if f.name != "node"] + list(_PARTITIONS))
+    fields = versions.SCHEMA if kind == versions.KIND else SCHEMAS[kind]
+    return pa.schema([f for f in fields if f.name != "node"] + list(_PARTITIONS))
+
+
+def store_error(url: str, exc: OSError) -> FleetError:
+    """A store's failure as one line naming the lake and the fix (unreachable, refused, or as it said)."""
+    text = str(exc)
+    found = _AWS_CODE.search(text)
+    code = f" ({found.group(1)})" if found else ""
+    if any(s in text for s in _UNREACHABLE):
+        return FleetError(
+            f"{url}: cannot reach the store{code}",
+            hint="check AWS_ENDPOINT_URL (or AWS_ENDPOINT_URL_S3) and that the store is up",
+        )
+    if any(s in text for s in _REFUSED):
+        return FleetError(f"{url}: the store refused the credentials{code}", hint=_CREDENTIALS_HINT)
+    return FleetError(f"{url}: cannot read the lake: {text}", hint="check the URL and the store's settings")
+
+
+def list_parts(store: Store, kind: str) -> list[str]:
+    """The paths of ``kind``'s parts in the store (``date=*/node=*/part-*.parquet`` under ``kind/``), sorted."""
+    base = store.key(kind)
+    infos = store.fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    return sorted(
+        i.path
+        for i in infos
+        if i.type == pafs.FileType.File and i.path.startswith(base + "/") and _PART.fullmatch(i.path[len(base) + 1 :])
+    )
+
+
+def _check_root(store: Store, found_any: bool) -> None:
+    """Why a lake with no part is not one: no directory, no bucket, or no parts."""
+    if not store.remote:
+        if store.fs.get_file_info(store.base).type != pafs.FileType.Directory:
+            raise FleetError(f"{store.base}: no such lake directory", subject="--lake")
+    elif not found_any:
+        bucket = store.base.split("/", 1)[0]
+        if store.fs.get_file_info(bucket).type == pafs.FileType.NotFound:
+            raise FleetError(
+                f"{store.url}: no such bucket {bucket!r}", hint="check the URL, AWS_ENDPOINT_URL and AWS_REGION"
+            )
+    if not found_any:
+        where = store.url if store.remote else store.base
+        raise FleetError(f"{where}: no kernels, iterations or telemetry parts: not a lake", subject="--lake")
 
 
 @dataclass
 class FleetLake:
-    """The lake's datasets by kind (an empty table where a kind has no part)."""
+    """The lake's datasets by kind (an empty table where a kind has no part), ``versions`` among them."""
 
-    root: Path
+    url: str
     tables: dict[str, ds.Dataset | pa.Table]
 
     @classmethod
     def open(cls, url: str) -> FleetLake:
-        """Open the lake at ``url``; an error names the directory when it holds no lake."""
-        root = lake_path(url)
-        if not root.is_dir():
-            raise FleetError(f"{root}: no such lake directory", subject="--lake")
+        """Open the lake at ``url`` (a directory, ``file://``, ``s3://``, ``gs://``, ``abfs://``).
+
+        An error names the URL and the fix when the store cannot be reached or refuses the
+        credentials, the directory or bucket does not exist, or it holds no event part.
+        """
+        try:
+            store = open_store(url)
+        except StoreError as exc:
+            raise FleetError(exc.message, subject="--lake", hint=exc.hint) from exc
+        try:
+            parts = {kind: list_parts(store, kind) for kind in TABLES}
+            _check_root(store, any(parts[kind] for kind in KINDS))
+        except OSError as exc:
+            raise store_error(url, exc) from exc
         tables: dict[str, ds.Dataset | pa.Table] = {}
-        for kind in KINDS:
-            parts = sorted((root / kind).glob("date=*/node=*/*.parquet")) if (root / kind).is_dir() else []
+        for kind, paths in parts.items():
             tables[kind] = (
                 ds.dataset(
-                    [str(p) for p in parts],
+                    paths,
                     schema=_schema(kind),
                     format="parquet",
+                    filesystem=store.fs,
                     partitioning=ds.partitioning(_PARTITIONS, flavor="hive"),
-                    partition_base_dir=str(root / kind),
+                    partition_base_dir=store.key(kind),
                 )
-                if parts
+                if paths
                 else _schema(kind).empty_table()
             )
-        if all(isinstance(t, pa.Table) for t in tables.values()):
-            raise FleetError(f"{root}: no kernels, iterations or telemetry parts: not a lake", subject="--lake")
-        return cls(root, tables)
+        return cls(url, tables)
 
     def connect(self, since_ns: int | None = None) -> duckdb.DuckDBPyConnection:
-        """An in-process DuckDB with one view per kind (rows since ``since_ns`` ago when given)."""
+        """An in-process DuckDB with one view per table (events since ``since_ns`` ago when given).
+
+        ``versions`` is never cut by ``since_ns``: a row from before the window is still in force.
+        """
         con = duckdb.connect()
         floor = time.time_ns() - since_ns if since_ns is not None else None
         for kind, table in self.tables.items():
             con.register(f"_{kind}", table)
-            where = f" WHERE {_TIME[kind]} >= {int(floor)}" if floor is not None else ""
+            where = f" WHERE {_TIME[kind]} >= {int(floor)}" if floor is not None and kind in _TIME else ""
             con.execute(f"CREATE VIEW {kind} AS SELECT * FROM _{kind}{where}")
         return con

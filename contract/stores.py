@@ -38,7 +38,8 @@ class StoreOptions:
     endpoint_url: str | None = None
     region: str | None = None
     connect_timeout_s: float = 5.0
-    request_timeout_s: float = 30.0
+    request_timeout_s: float = 30.0  # a stall limit: a request that moves no byte for this long fails
+    max_attempts: int = 3  # the SDK's own retries of a request (a caller with its own backoff asks for 1)
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ def _s3(url: str, options: StoreOptions, env: Mapping[str, str]) -> tuple[pafs.F
     kwargs: dict[str, object] = {
         "connect_timeout": options.connect_timeout_s,
         "request_timeout": options.request_timeout_s,
+        "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=options.max_attempts),
     }
     if endpoint:
         ep = urllib.parse.urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")

@@ -220,7 +220,9 @@ class LakeExporter(Exporter):
         self._recover()
         if self.config.remote is not None:
             u = self.config.upload
-            options = StoreOptions(u.endpoint_url, u.region, u.connect_timeout_s, u.request_timeout_s)
+            # One attempt per request: the shipper retries with its own backoff, and a shutdown is not held up
+            # by the SDK retrying a request to a store that stalls.
+            options = StoreOptions(u.endpoint_url, u.region, u.connect_timeout_s, u.request_timeout_s, max_attempts=1)
             store = open_store(self.config.remote, options)
             self.shipper = Shipper(self.root, store, u, self._stats, (*SCHEMAS, versions.KIND))
             self.shipper.start()

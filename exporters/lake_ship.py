@@ -122,7 +122,9 @@ class UploadSettings(StrictModel):
         None, description="Remove local parts this many hours after they were shipped (none: keep them)."
     )
     connect_timeout_s: PositiveFloat = Field(5.0, description="Connection timeout per request.")
-    request_timeout_s: PositiveFloat = Field(60.0, description="Timeout per request.")
+    request_timeout_s: PositiveFloat = Field(
+        15.0, description="A request that moves no byte this long fails (and is retried): bounds a stalled store."
+    )
 
 
 @dataclass(frozen=True)

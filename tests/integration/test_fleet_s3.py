@@ -21,11 +21,13 @@ from .test_fleet import NODES, replay
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def lakes(tmp_path_factory: pytest.TempPathFactory, aaco_bin: str, samples: Path, seaweed) -> tuple[Path, str]:
-    """The three-node lake on disk, and the same files in a fresh bucket: (directory, s3:// URL)."""
-    local = tmp_path_factory.mktemp("fleet-s3") / "lake"
-    for node, sample in NODES.items():
+def lake_in_bucket(aaco_bin: str, samples: Path, seaweed, root: Path, nodes: dict[str, str]) -> tuple[Path, str]:
+    """Each node replays its sample into one lake under ``root``, copied as it is into a fresh bucket.
+
+    Returns the directory and the bucket's ``s3://`` URL.
+    """
+    local = root / "lake"
+    for node, sample in nodes.items():
         replay(aaco_bin, samples / sample, local, node)
     bucket = f"fleet-{secrets.token_hex(6)}"
     seaweed.make_bucket(bucket)
@@ -36,6 +38,12 @@ def lakes(tmp_path_factory: pytest.TempPathFactory, aaco_bin: str, samples: Path
         destination_filesystem=seaweed.filesystem(),
     )
     return local, f"s3://{bucket}/lake"
+
+
+@pytest.fixture(scope="module")
+def lakes(tmp_path_factory: pytest.TempPathFactory, aaco_bin: str, samples: Path, seaweed) -> tuple[Path, str]:
+    """The three-node lake of test_fleet on disk and in a bucket: (directory, s3:// URL)."""
+    return lake_in_bucket(aaco_bin, samples, seaweed, tmp_path_factory.mktemp("fleet-s3"), NODES)
 
 
 def answer(aaco_bin: str, env: dict[str, str], *args: str) -> object:

@@ -5,8 +5,11 @@ port, which would otherwise be the HTTP port + 10000); the Iceberg and Lance cat
 no metrics port is opened and telemetry is off, so two stores (or two test runs) never clash. Each
 store has its own data directory and an identity file with a random key and secret. ``stop()`` and
 ``start()`` again reuse the same ports and data, so a test can take the store away and bring it back
-with its objects. A ``master.toml`` in the store's working directory makes a bucket grow one volume
-instead of seven, so many buckets fit in the default volume count.
+with its objects. The master does not resume its raft state: a lone master that does waits ~14 s for
+an election, and the objects live in the volumes and the filer's metadata, which are kept. A
+``master.toml`` in the store's working directory makes a bucket grow one volume instead of seven, so
+many buckets fit in the default volume count. Started under ``setpriv --pdeathsig KILL`` where there
+is one, the store dies with the process that started it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,12 @@ import pyarrow.fs as pafs
 
 NAMES = ("master", "volume", "filer", "s3")
 READY_BUCKET = "aaco-ready"
+
+
+def _die_with_parent() -> list[str]:
+    """A command prefix that kills the store when the test process dies (util-linux setpriv), where there is one."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL"] if setpriv else []
 
 
 def find_weed() -> str | None:
@@ -124,7 +133,11 @@ class SeaweedS3:
             raise RuntimeError("the SeaweedFS server is already running")
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
-                self.command(), cwd=self.root, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                [*_die_with_parent(), *self.command()],
+                cwd=self.root,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
             )
 
     def filesystem(self, **overrides: object) -> pafs.S3FileSystem:

@@ -17,14 +17,11 @@ import pytest
 
 from aaco.agent.fleet import queries
 from aaco.agent.fleet.lake import FleetLake
+from tests.conftest import skip_or_fail
 
 from .test_fleet_s3 import lake_in_bucket
 
 pytestmark = pytest.mark.integration
-
-dd = pytest.importorskip("dask.dataframe")
-distributed = pytest.importorskip("distributed")
-arrow_fsspec = pytest.importorskip("fsspec.implementations.arrow")
 
 # real samples whose replays hold iterations of a model (2 to 6 each), one node each
 NODES = {
@@ -43,8 +40,14 @@ def p95(latencies: pd.Series) -> float:
 def test_dask_on_a_local_cluster_agrees_with_duckdb_on_each_models_p95(
     tmp_path, aaco_bin, samples, seaweed, monkeypatch
 ):
+    try:
+        import dask.dataframe as dd
+        import distributed
+        from fsspec.implementations.arrow import ArrowFSWrapper
+    except ImportError as exc:
+        skip_or_fail(f"Dask is not installed ({exc}): pip install -e '.[dev]' (dask[dataframe], distributed)")
     _, url = lake_in_bucket(aaco_bin, samples, seaweed, tmp_path, NODES)
-    fs = arrow_fsspec.ArrowFSWrapper(seaweed.filesystem())
+    fs = ArrowFSWrapper(seaweed.filesystem())
     with (
         distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
         distributed.Client(cluster) as client,

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from aaco.agent.fleet import dimensions, queries
-from aaco.agent.fleet.lake import FleetError, FleetLake, lake_path, parse_duration
+from aaco.agent.fleet.lake import FleetError, FleetLake, parse_duration
 from aaco.contract.kernels import FAMILIES, family_of
 from aaco.contract.schemas import SCHEMAS
 from aaco.contract.telemetry import THROTTLE, THROTTLE_REASONS
@@ -117,9 +117,6 @@ def test_bad_durations_are_clear_errors(text):
 
 
 def test_lake_urls(tmp_path):
-    assert lake_path(f"file://{tmp_path}") == tmp_path
-    with pytest.raises(FleetError, match="only local lakes"):
-        lake_path("s3://bucket/lake")
     with pytest.raises(FleetError, match="no such lake directory"):
         FleetLake.open(str(tmp_path / "nope"))
     with pytest.raises(FleetError, match="not a lake"):

@@ -7,8 +7,8 @@ the path only), schemas (``contract.schemas``, every column) and encodings
 day would leave them, into a temporary directory. Then, rounds interleaved:
 
 - aaco: the in-process query path of ``aaco fleet summary`` (``FleetLake.open`` + ``queries.summary``);
-- bare: DuckDB alone, ``read_parquet('<lake>/kernels/**/*.parquet', hive_partitioning=true)``
-  grouped by node with ``count(*)``, and the same for iterations.
+- bare: DuckDB alone, the same summary SQL (``queries.SUMMARY``: per node kernels, iterations and
+  models) over ``read_parquet('<lake>/<kind>/**/*.parquet', hive_partitioning=true)`` views.
 
 The medians and their ratio (aaco / bare: how much slower the command's path is) are printed with
 the wall time of one ``aaco fleet summary --json`` process. ``main`` runs each function of
@@ -157,18 +157,16 @@ def aaco_summary(lake: Path) -> dict[str, Any]:
 
 
 def bare_summary(lake: Path) -> dict[str, tuple[int, int]]:
-    """DuckDB alone over the same files: kernels and iterations per node."""
+    """DuckDB alone over the same files: the summary's SQL on ``read_parquet`` views (kernels, iterations per node)."""
     con = duckdb.connect()
-    counts: dict[str, list[int]] = {}
-    for i, kind in enumerate(("kernels", "iterations")):
-        sql = (
-            f"SELECT node, count(*) FROM read_parquet('{lake}/{kind}/**/*.parquet', hive_partitioning=true) "
-            "GROUP BY node"
+    for kind in ("kernels", "iterations"):
+        con.execute(
+            f"CREATE VIEW {kind} AS SELECT * FROM "
+            f"read_parquet('{lake}/{kind}/**/*.parquet', hive_partitioning=true, union_by_name=true)"
         )
-        for node, n in con.execute(sql).fetchall():
-            counts.setdefault(node, [0, 0])[i] = n
+    rows = con.execute(queries.SUMMARY).fetchall()
     con.close()
-    return {node: (k, n) for node, (k, n) in counts.items()}
+    return {node: (k, n) for node, k, n, _models in rows}
 
 
 def query_vs_duckdb(lake: Path, facts: dict[str, Any], rounds: int) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aaco.agent.sources import capture, replay, smi, trace_dir
 from aaco.agent.sources.base import Source
+from aaco.agent.sources.ort import llm_source
 from aaco.agent.sources.ort import source as ort
 from aaco.agent.sources.sched import source as sched
 from aaco.contract.component import Registry
@@ -11,6 +12,7 @@ from aaco.contract.component import Registry
 # type -> (config model, factory). The config union in aaco.agent.config is built from this registry.
 SOURCES = Registry[Source]("source")
 SOURCES.register("capture", capture.CaptureConfig, capture.create)
+SOURCES.register("llm_requests", llm_source.LlmRequestsConfig, llm_source.create)
 SOURCES.register("ort", ort.OrtSourceConfig, ort.create)
 SOURCES.register("replay", replay.ReplaySourceConfig, replay.create)
 SOURCES.register("sched", sched.SchedSourceConfig, sched.create)

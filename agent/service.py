@@ -271,7 +271,15 @@ class AgentService:
     def _start_receivers(self) -> None:
         """Start the receivers the configuration turns on, handing spans to the exporter that takes them."""
         sink = next((e for e in self.exporters if isinstance(e, SpanSink)), None)
-        ctx = ReceiverContext(self.stats, self.budget, resource_attributes(self.config.node), sink, self._forwarder)
+        ctx = ReceiverContext(
+            self.stats,
+            self.budget,
+            resource_attributes(self.config.node),
+            sink,
+            self._forwarder,
+            bus=self.bus,
+            node=self.config.node,
+        )
         for reg in RECEIVERS:
             receiver = reg.factory(getattr(self.config.receivers, reg.config.section), ctx)
             if receiver is not None:

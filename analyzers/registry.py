@@ -21,6 +21,7 @@ from aaco.analyzers import (
     latency,
     launch,
     sched,
+    serving,
     telemetry,
     throttle,
 )
@@ -32,6 +33,7 @@ ANALYZERS = Registry[Analyzer]("analyzer")
 
 
 ANALYZERS.register("latency", latency.LatencySettings, latency.create)
+ANALYZERS.register("serving", serving.ServingSettings, serving.create)
 ANALYZERS.register("kar", kar.KarSettings, kar.create)
 ANALYZERS.register("launch", launch.LaunchSettings, launch.create)
 ANALYZERS.register("activity", activity.ActivitySettings, activity.create)

@@ -1,4 +1,4 @@
-"""Arrow schemas of the five event kinds (docs/architecture.md, Event schemas) and the batch type that carries them.
+"""Arrow schemas of the six event kinds (docs/architecture.md, Event schemas) and the batch type that carries them.
 
 Every kind has required columns (fixed by docs/architecture.md) and declared optional columns that sources may
 fill. ``conform`` brings any batch to the full schema of its kind — same column order, same types,
@@ -141,12 +141,41 @@ FINDINGS: Final = _schema(
     ],
 )
 
+REQUESTS: Final = _schema(
+    [
+        ("start_ns", I64),
+        ("end_ns", I64),
+        ("node", STR),
+        ("model", STR),
+        ("trace_id", STR),
+        ("span_id", STR),
+        ("source", STR),
+    ],
+    [
+        ("request_id", STR),
+        ("namespace", STR),
+        ("pod", STR),
+        ("service", STR),
+        ("pid", I64),
+        ("input_tokens", I64),
+        ("output_tokens", I64),
+        ("queue_s", F64),  # latencies in seconds, as the server reported them (contract/genai.py)
+        ("ttft_s", F64),
+        ("e2e_s", F64),
+        ("prefill_s", F64),
+        ("decode_s", F64),
+        ("inference_s", F64),
+        ("finish_reason", STR),
+    ],
+)
+
 SCHEMAS: Final[dict[str, pa.Schema]] = {
     "kernels": KERNELS,
     "iterations": ITERATIONS,
     "telemetry": TELEMETRY,
     "sched": SCHED,
     "findings": FINDINGS,
+    "requests": REQUESTS,
 }
 
 REQUIRED: Final[dict[str, tuple[str, ...]]] = {
@@ -155,6 +184,7 @@ REQUIRED: Final[dict[str, tuple[str, ...]]] = {
     "telemetry": tuple(TELEMETRY.names[:6]),
     "sched": tuple(SCHED.names[:8]),
     "findings": tuple(FINDINGS.names[:8]),
+    "requests": tuple(REQUESTS.names[:7]),
 }
 
 # The column that places an event in time (and so in a date= partition).
@@ -164,6 +194,7 @@ TIME_COLUMN: Final[dict[str, str]] = {
     "telemetry": "ts_ns",
     "sched": "ts_ns",
     "findings": "ts_ns",
+    "requests": "start_ns",
 }
 
 

@@ -2,7 +2,7 @@
 
 A receiver knows nothing of the exporters: the agent (the composition root) passes it sinks that
 satisfy these protocols (the trace exporter for spans, the exporters' forwarding queues for metrics
-and logs).
+and logs, the agent's bus for the rows it reads out of spans).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from aaco.contract.budget import ByteBudget
+from aaco.contract.channel import BatchQueue
 from aaco.contract.stats import Stats
 
 
@@ -39,3 +40,5 @@ class ReceiverContext:
     node_attributes: Mapping[str, object] = field(default_factory=dict)
     traces: SpanSink | None = None
     forward: Callable[[str], Forwarder | None] = lambda _signal: None  # a signal's queue upstream, made when asked
+    bus: BatchQueue | None = None  # where rows read from what is received go (LLM request spans: ``requests``)
+    node: str = ""  # the node the rows are stamped with

@@ -5,8 +5,10 @@ and HTTP/protobuf (4318), optionally over TLS with client certificates (``tls.py
 resource attributes (``host.name``, ``k8s.node.name``) where the application did not set them, and
 hands everything to the sinks the agent passes it (``base.py``): traces to the agent's trace
 exporter, which links application spans to the GPU iterations of the same process and time window
-before forwarding them, metrics and logs to their own bounded, retrying queues. A plain
-OpenTelemetry SDK client works unchanged.
+before forwarding them, metrics and logs to their own bounded, retrying queues. LLM request spans
+(vLLM's ``llm_request`` and the GenAI conventions' names) are also read into ``requests`` rows on the
+agent's bus (``genai.py``), from which the serving analyzer keeps TTFT, TPOT and tokens; the spans
+themselves are forwarded unchanged. A plain OpenTelemetry SDK client works unchanged.
 
 A request is admitted only while the agent's byte budget (``ByteBudget``, holder ``receiver``) has
 room for it, and its bytes are held until it is handed on; otherwise the client is told to back off
@@ -41,13 +43,17 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from aaco.agent.receivers.base import Forwarder, ReceiverContext, SpanSink
 from aaco.agent.receivers.config import OtlpReceiverConfig
+from aaco.agent.receivers.genai import SOURCE as REQUESTS_SOURCE
+from aaco.agent.receivers.genai import RequestRows
 from aaco.agent.receivers.http_server import HttpServer
 from aaco.agent.receivers.http_wire import Reply, Request, gunzip_bounded
 from aaco.agent.receivers.ids import drop_malformed
 from aaco.agent.receivers.tls import grpc_credentials, http_context
 from aaco.contract.budget import DEFAULT_BUDGET_BYTES, ByteBudget
+from aaco.contract.channel import MAX_BATCH_ROWS, BatchQueue
 from aaco.contract.component import Component
 from aaco.contract.errors import AacoError
+from aaco.contract.schemas import EventBatch
 from aaco.contract.signals import define
 from aaco.contract.stats import Stats
 
@@ -148,6 +154,8 @@ class OtlpReceiver(Component):
         metrics: Forwarder | None,
         logs: Forwarder | None,
         budget: ByteBudget | None = None,
+        bus: BatchQueue | None = None,
+        node: str = "",
     ) -> None:
         self.config = config
         # The service passes the agent's one budget; alone (tests, tools) the receiver gets its own.
@@ -156,6 +164,8 @@ class OtlpReceiver(Component):
         self.node_attributes = dict(node_attributes)
         self.traces = traces
         self.senders: dict[str, Forwarder | None] = {"metrics": metrics, "logs": logs}
+        self.bus = bus
+        self._requests = RequestRows(node, stats)
         self._limiter = _Limiter(config.rate_limit_rps)
         self._grpc: grpc.Server | None = None
         self._http: HttpServer | None = None
@@ -175,6 +185,8 @@ class OtlpReceiver(Component):
             ctx.forward("metrics"),
             ctx.forward("logs"),
             ctx.budget,
+            ctx.bus,
+            ctx.node,
         )
 
     # -- shared handling ----------------------------------------------------------------------------
@@ -192,11 +204,21 @@ class OtlpReceiver(Component):
                 kv.key = key
                 kv.value.string_value = str(value)
 
+    def _publish_requests(self, msg: Any) -> None:
+        """Put the LLM request spans of a traces request on the bus as ``requests`` rows (never waiting)."""
+        rows = self._requests.read(msg)
+        if rows is None or self.bus is None:
+            return
+        for offset in range(0, rows.num_rows, MAX_BATCH_ROWS):
+            self.bus.offer(EventBatch("requests", rows.slice(offset, MAX_BATCH_ROWS), REQUESTS_SOURCE))
+
     def handle(self, signal: Signal, payload: bytes) -> bytes:
         """Parse, check, enrich and forward one request; returns the serialised response (raises DecodeError)."""
         msg = MESSAGES[signal][0].FromString(payload)
         rejected = drop_malformed(signal, msg)
         n = count_items(signal, msg)
+        if signal == "traces" and self.bus is not None:
+            self._publish_requests(msg)  # before _enrich: a server's pod is its own, never the agent's
         self._enrich(signal, msg)
         self.stats.inc(RECEIVER_ITEMS, n, signal=signal)
         if signal == "traces":

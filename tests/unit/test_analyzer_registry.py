@@ -9,7 +9,19 @@ from aaco.analyzers.base import DerivedAnalyzer
 from aaco.analyzers.registry import ANALYZERS, AgentHints, AnalyzersConfig, build
 from aaco.contract.errors import ConfigError
 
-ORDER = ["latency", "kar", "launch", "activity", "families", "telemetry", "sched", "drift", "throttle", "bottleneck"]
+ORDER = [
+    "latency",
+    "serving",
+    "kar",
+    "launch",
+    "activity",
+    "families",
+    "telemetry",
+    "sched",
+    "drift",
+    "throttle",
+    "bottleneck",
+]
 
 
 def by_name(config: AnalyzersConfig, hints: AgentHints | None = None) -> dict:

@@ -1,0 +1,248 @@
+"""LLM serving per (model, namespace, pod): TTFT, time per output token, durations, tokens, finish reasons.
+
+Folds the ``requests`` rows the OTLP receiver reads from servers' request spans into cumulative
+histograms (bounds in ``contract/serving.py``) and counters, as Prometheus expects. Each histogram's
+exemplar is the latest request's trace id. Time per output token is ``(e2e - ttft) / (output_tokens -
+1)``; requests it cannot be computed for are counted by reason. The request duration is ``e2e_s``,
+else the span's own duration. Bounded: at most ``max_groups`` (model, namespace, pod) groups and
+``max_finish_reasons`` finish reasons per group (further ones count as ``other``). docs/serving.md.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pydantic import Field, PositiveInt
+
+from aaco.analyzers.base import AgentHints, Analyzer
+from aaco.contract.config_base import StrictModel
+from aaco.contract.schemas import EventBatch
+from aaco.contract.serving import (
+    HISTOGRAMS,
+    REQUEST_COUNT,
+    REQUESTS_SKIPPED,
+    TOKEN_COUNT,
+)
+from aaco.contract.signals import HistogramValue, MetricPoint, PointBuilder
+
+Group = tuple[str, str, str]  # model, namespace, pod
+OTHER_REASON = "other"
+UNKNOWN_REASON = "unknown"
+
+
+@dataclass
+class _Hist:
+    bounds: np.ndarray
+    per_bucket: np.ndarray  # not cumulative; the last slot is +Inf
+    count: int = 0
+    total: float = 0.0
+    exemplar: tuple[str, float] | None = None
+
+    def add(self, values: np.ndarray, traces: np.ndarray) -> None:
+        if values.size == 0:
+            return
+        idx = np.searchsorted(self.bounds, values, side="left")  # bucket i holds bounds[i-1] < v <= bounds[i]
+        self.per_bucket += np.bincount(idx, minlength=self.bounds.size + 1)
+        self.count += int(values.size)
+        self.total += float(values.sum())
+        self.exemplar = (str(traces[-1]), float(values[-1]))
+
+    def value(self) -> HistogramValue:
+        cumulative = np.cumsum(self.per_bucket)[: self.bounds.size]
+        ex = self.exemplar
+        return HistogramValue(
+            tuple(float(b) for b in self.bounds),
+            tuple(int(c) for c in cumulative),
+            self.count,
+            self.total,
+            ex[0] if ex else None,
+            ex[1] if ex else None,
+        )
+
+
+@dataclass
+class _Group:
+    hists: dict[str, _Hist]
+    tokens: Counter[str] = field(default_factory=Counter)
+    finish: Counter[str] = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """One (model, namespace, pod): request count, tokens, finish reasons, skips and histograms."""
+
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    finish_reasons: dict[str, int]
+    skipped: dict[str, int]
+    histograms: dict[str, HistogramValue]  # by field: ttft_s, tpot_s, duration_s, queue_s, prefill_s, decode_s
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: counts, and per histogram its count and mean (seconds)."""
+        return {
+            "requests": self.requests,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "finish_reasons": dict(sorted(self.finish_reasons.items())),
+            "skipped": dict(sorted(self.skipped.items())),
+            **{
+                name: {"count": h.count, "mean_s": h.total / h.count if h.count else None}
+                for name, h in self.histograms.items()
+            },
+        }
+
+
+@dataclass(frozen=True)
+class ServingResult:
+    """Serving statistics per (model, namespace, pod), and requests past the group bound."""
+
+    groups: dict[Group, GroupStats]
+    over_limit: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"groups": [{"model", "namespace", "pod", ...}], "over_limit": n}``."""
+        return {
+            "groups": [
+                {"model": m, "namespace": ns, "pod": pod, **g.to_dict()}
+                for (m, ns, pod), g in sorted(self.groups.items())
+            ],
+            "over_limit": self.over_limit,
+        }
+
+    def points(self) -> list[MetricPoint]:
+        """Histograms (those with observations), token, request and skip counters."""
+        pb = PointBuilder()
+        for (model, ns, pod), g in self.groups.items():
+            labels = {"model": model, "namespace": ns, "pod": pod}
+            for name, hist in g.histograms.items():
+                if hist.count:
+                    pb.add(HISTOGRAMS[name], hist, **labels)
+            pb.add(TOKEN_COUNT, g.input_tokens, type="input", **labels)
+            pb.add(TOKEN_COUNT, g.output_tokens, type="output", **labels)
+            for reason, n in g.finish_reasons.items():
+                pb.add(REQUEST_COUNT, n, finish_reason=reason, **labels)
+            for reason, n in g.skipped.items():
+                pb.add(REQUESTS_SKIPPED, n, reason=reason, **labels)
+        if self.over_limit:
+            pb.add(REQUESTS_SKIPPED, self.over_limit, model="", namespace="", pod="", reason="series_limit")
+        return pb.points
+
+
+class ServingSettings(StrictModel):
+    """LLM serving metrics from request spans (TTFT, time per output token, tokens)."""
+
+    max_groups: PositiveInt | None = Field(
+        None, description="(model, namespace, pod) groups tracked at once; default analyzers.max_models."
+    )
+    max_finish_reasons: PositiveInt = Field(16, description="Finish reasons kept per group (others: other).")
+
+
+def _floats(b: pa.RecordBatch, name: str) -> np.ndarray:
+    return b.column(name).to_numpy(zero_copy_only=False).astype(np.float64)  # nulls -> NaN
+
+
+def _strings(b: pa.RecordBatch, name: str, default: str) -> np.ndarray:
+    return b.column(name).fill_null(default).to_numpy(zero_copy_only=False).astype(object)
+
+
+class ServingAnalyzer(Analyzer):
+    """Folds ``requests`` rows into per-(model, namespace, pod) serving histograms and counters."""
+
+    name = "serving"
+    kinds = frozenset({"requests"})
+
+    def __init__(self, max_groups: int = 256, max_finish_reasons: int = 16) -> None:
+        self._max_groups = max_groups
+        self._max_reasons = max_finish_reasons
+        self._bounds = {name: np.array(m.buckets, dtype=np.float64) for name, m in HISTOGRAMS.items()}
+        self._groups: dict[Group, _Group] = {}
+        self.over_limit = 0
+
+    def _group(self, key: Group) -> _Group | None:
+        g = self._groups.get(key)
+        if g is None and len(self._groups) < self._max_groups:
+            hists = {n: _Hist(b, np.zeros(b.size + 1, dtype=np.int64)) for n, b in self._bounds.items()}
+            g = self._groups[key] = _Group(hists)
+        return g
+
+    def update(self, item: EventBatch) -> None:
+        """Fold a requests batch in."""
+        b = item.batch
+        if b.num_rows == 0:
+            return
+        models = _strings(b, "model", "")
+        namespaces = _strings(b, "namespace", "")
+        pods = _strings(b, "pod", "")
+        keys = np.array([f"{m}\x00{ns}\x00{p}" for m, ns, p in zip(models, namespaces, pods, strict=True)])
+        for key in dict.fromkeys(keys.tolist()):
+            mask = keys == key
+            model, ns, pod = key.split("\x00")
+            g = self._group((model, ns, pod))
+            if g is None:
+                self.over_limit += int(mask.sum())
+                continue
+            self._fold(g, b.filter(pa.array(mask)))
+
+    def _fold(self, g: _Group, b: pa.RecordBatch) -> None:
+        traces = _strings(b, "trace_id", "")
+        ttft, e2e = _floats(b, "ttft_s"), _floats(b, "e2e_s")
+        out = _floats(b, "output_tokens")
+        span_s = (b.column("end_ns").to_numpy() - b.column("start_ns").to_numpy()) / 1e9
+        duration = np.where(np.isnan(e2e), span_s, e2e)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tpot = (e2e - ttft) / (out - 1)
+        no_tokens = np.isnan(out)
+        no_latency = ~no_tokens & (np.isnan(e2e) | np.isnan(ttft))
+        one_token = ~no_tokens & ~no_latency & (out <= 1)
+        negative = ~no_tokens & ~no_latency & ~one_token & (e2e < ttft)
+        for reason, m in (
+            ("tpot_no_tokens", no_tokens),
+            ("tpot_no_latency", no_latency),
+            ("tpot_one_token", one_token),
+            ("tpot_negative", negative),
+        ):
+            if m.any():
+                g.skipped[reason] += int(m.sum())
+        ok_tpot = ~(no_tokens | no_latency | one_token | negative)
+        series = {
+            "ttft_s": ttft,
+            "tpot_s": np.where(ok_tpot, tpot, np.nan),
+            "duration_s": duration,
+            "queue_s": _floats(b, "queue_s"),
+            "prefill_s": _floats(b, "prefill_s"),
+            "decode_s": _floats(b, "decode_s"),
+        }
+        for name, values in series.items():
+            present = ~np.isnan(values)
+            g.hists[name].add(values[present], traces[present])
+        g.tokens["input"] += int(np.nansum(_floats(b, "input_tokens")))
+        g.tokens["output"] += int(np.nansum(out))
+        for reason, n in Counter(_strings(b, "finish_reason", UNKNOWN_REASON).tolist()).items():
+            key = reason if reason in g.finish or len(g.finish) < self._max_reasons else OTHER_REASON
+            g.finish[key] += n
+
+    def snapshot(self) -> ServingResult:
+        """Current statistics."""
+        groups = {
+            key: GroupStats(
+                requests=sum(g.finish.values()),
+                input_tokens=g.tokens["input"],
+                output_tokens=g.tokens["output"],
+                finish_reasons=dict(g.finish),
+                skipped=dict(g.skipped),
+                histograms={n: h.value() for n, h in g.hists.items()},
+            )
+            for key, g in self._groups.items()
+        }
+        return ServingResult(groups, self.over_limit)
+
+
+def create(s: ServingSettings, hints: AgentHints, max_models: int) -> ServingAnalyzer:
+    """The analyzer for its settings (the group bound defaults to the agent's model bound)."""
+    return ServingAnalyzer(s.max_groups or max_models, s.max_finish_reasons)

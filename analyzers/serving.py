@@ -179,15 +179,15 @@ class ServingAnalyzer(Analyzer):
         models = _strings(b, "model", "")
         namespaces = _strings(b, "namespace", "")
         pods = _strings(b, "pod", "")
-        keys = np.array([f"{m}\x00{ns}\x00{p}" for m, ns, p in zip(models, namespaces, pods, strict=True)])
-        for key in dict.fromkeys(keys.tolist()):
-            mask = keys == key
-            model, ns, pod = key.split("\x00")
-            g = self._group((model, ns, pod))
+        rows: dict[Group, list[int]] = {}
+        for i, key in enumerate(zip(models.tolist(), namespaces.tolist(), pods.tolist(), strict=True)):
+            rows.setdefault(key, []).append(i)
+        for key, idx in rows.items():
+            g = self._group(key)
             if g is None:
-                self.over_limit += int(mask.sum())
+                self.over_limit += len(idx)
                 continue
-            self._fold(g, b.filter(pa.array(mask)))
+            self._fold(g, b if len(idx) == b.num_rows else b.take(pa.array(idx)))
 
     def _fold(self, g: _Group, b: pa.RecordBatch) -> None:
         traces = _strings(b, "trace_id", "")

@@ -76,6 +76,12 @@ SOURCE_CASES: dict[str, Callable[[Path], dict[str, Any]]] = {
         "min_gap_s": 0,
         "targets": [SLEEPER[0]],
     },
+    "llm_requests": lambda tmp: {
+        "provider": "cpu",
+        "requests_per_cycle": 2,
+        "max_tokens": 2,
+        "endpoint": closed_endpoint(),
+    },
     "ort": lambda tmp: {"provider": "cpu", "iterations": 2, "warmup": 0, "cycles": 1},
     "replay": lambda tmp: {"paths": [str(KINETO)]},
     "sched": lambda tmp: {"backend": "proc", "interval_s": 0.2, "pids": [os.getpid()], "include_self": True},

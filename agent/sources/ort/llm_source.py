@@ -73,7 +73,7 @@ class LlmRequestsConfig(StrictModel):
     )
     protocol: Literal["http", "grpc"] = Field("http", description="OTLP protocol of endpoint.")
     service_name: str = Field("demo-llm-server", description="service.name of the spans' resource.")
-    export_timeout_s: PositiveFloat = Field(5.0, description="Longest wait for the spans of one cycle to be sent.")
+    export_timeout_s: PositiveFloat = Field(2.0, description="Longest wait for the spans of one cycle to be sent.")
 
     @model_validator(mode="after")
     def _token_range(self) -> LlmRequestsConfig:

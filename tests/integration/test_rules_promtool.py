@@ -59,7 +59,13 @@ def run_promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedPro
 
 def test_promtool_check_rules_on_every_file():
     files = rule_files()
-    assert {p.name for p in files} >= {"recording.yaml", "alerts-workload.yaml", "alerts-gpu.yaml", "alerts-agent.yaml"}
+    assert {p.name for p in files} >= {
+        "recording.yaml",
+        "alerts-workload.yaml",
+        "alerts-gpu.yaml",
+        "alerts-agent.yaml",
+        "alerts-serving.yaml",
+    }
     for path in files:
         proc = run_promtool("check", "rules", str(path))
         assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -81,9 +87,19 @@ def test_the_alerts_the_issue_asks_for():
         "AacoAgentAbsent",
         "AacoAgentDroppingEvents",
         "AacoExporterFailing",
+        "AacoLlmTtftBudgetBurnFast",
+        "AacoLlmTtftBudgetBurnSlow",
+        "AacoLlmTpotBudgetBurnFast",
+        "AacoLlmTpotBudgetBurnSlow",
     } <= names
     # "agent down (absent)": the absent() form exists
     assert "absent(" in alerts()["AacoAgentAbsent"][1]["expr"]
+    # the SRE workbook's pairs: 14.4x over 1h and 5m, 6x over 6h and 30m
+    for sli in ("ttft", "tpot"):
+        fast = alerts()[f"AacoLlm{sli.title()}BudgetBurnFast"][1]["expr"]
+        slow = alerts()[f"AacoLlm{sli.title()}BudgetBurnSlow"][1]["expr"]
+        assert "14.4 *" in fast and "ratio_rate1h" in fast and "ratio_rate5m" in fast
+        assert "6 *" in slow and "ratio_rate6h" in slow and "ratio_rate30m" in slow
 
 
 def runbook_sections() -> dict[str, str]:

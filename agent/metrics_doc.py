@@ -17,7 +17,7 @@ def _load_all() -> None:
     Found by reading the sources (a module that calls ``define(``), so the table does not depend on
     what happened to be imported before: some modules (the OTLP receiver, exporters) load lazily.
     """
-    for package in ("aaco.agent", "aaco.exporters", "aaco.analyzers"):
+    for package in ("aaco.contract", "aaco.agent", "aaco.exporters", "aaco.analyzers"):
         root = Path(importlib.import_module(package).__file__ or "").parent
         for path in sorted(root.rglob("*.py")):
             if "define(" in path.read_text(encoding="utf-8") and path.name != "signals.py":

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from . import agent_health, fleet, gpu_node, scheduler, workload
+from . import agent_health, fleet, gpu_node, scheduler, serving, workload
 from .lib import TRACE_PLUGINS, Spec, build
 
 HERE: Final = Path(__file__).resolve().parent
@@ -29,6 +29,7 @@ DASHBOARDS: Final[dict[str, Callable[[str], Spec]]] = {
     "scheduler": scheduler.spec,
     "fleet": fleet.spec,
     "agent-health": agent_health.spec,
+    "serving": serving.spec,
 }
 
 

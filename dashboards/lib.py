@@ -14,7 +14,7 @@ the encoded JSON.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import quote
@@ -271,12 +271,15 @@ def _explore_url(pane: dict[str, Any], tokens: dict[str, str]) -> str:
     return f"/explore?schemaVersion=1&orgId=1&panes={encoded}"
 
 
-def trace_links(plugin: str, label: str = "model") -> list[db.DashboardLink]:
+def trace_links(
+    plugin: str, label: str = "model", *, attribute: str = "", service: str = SERVICE_NAME
+) -> list[db.DashboardLink]:
     """Data links from a latency series to its model's traces in the ``$traces`` datasource.
 
     Exemplars (the trace IDs on the latency histogram's buckets) link to single traces through the
     Prometheus datasource's exemplar settings; this link searches every trace of the series' model
-    in the time range shown.
+    in the time range shown: spans of ``service`` (any service when empty) whose span attribute
+    ``attribute`` (default ``aaco.<label>``) is the series' label value.
     """
     if plugin not in TRACE_PLUGINS:
         raise ValueError(f"traces plugin must be one of {TRACE_PLUGINS}, not {plugin!r}")
@@ -287,21 +290,20 @@ def trace_links(plugin: str, label: str = "model") -> list[db.DashboardLink]:
         "@TO@": "${__to}",
     }
     ds = {"type": plugin, "uid": "@DS@"}
+    attribute = attribute or f"aaco.{label}"
     if plugin == "tempo":
+        conditions = [f'resource.service.name="{service}"'] if service else []
+        conditions.append(f'span.{attribute}="@VALUE@"')
         query: dict[str, Any] = {
             "refId": "A",
             "datasource": ds,
             "queryType": "traceql",
-            "query": f'{{resource.service.name="{SERVICE_NAME}" && span.aaco.{label}="@VALUE@"}}',
+            "query": "{" + " && ".join(conditions) + "}",
         }
     else:
-        query = {
-            "refId": "A",
-            "datasource": ds,
-            "queryType": "search",
-            "service": SERVICE_NAME,
-            "tags": f"aaco.{label}=@VALUE@",
-        }
+        query = {"refId": "A", "datasource": ds, "queryType": "search", "tags": f"{attribute}=@VALUE@"}
+        if service:
+            query["service"] = service
     pane = {"datasource": "@DS@", "queries": [query], "range": {"from": "@FROM@", "to": "@TO@"}}
     return [
         db.DashboardLink(f"Traces of ${{__field.labels.{label}}} ({plugin})")
@@ -326,8 +328,17 @@ def _query_variable(name: str, label: str, query: str, description: str) -> db.Q
     )
 
 
-def standard_variables(traces_plugin: str) -> list[Any]:
-    """The variables every AACO dashboard has, in order."""
+def standard_variables(traces_plugin: str, sources: Mapping[str, tuple[str, str]] | None = None) -> list[Any]:
+    """The variables every AACO dashboard has, in order.
+
+    ``sources`` replaces the query and description of a query variable by name (a dashboard whose
+    ``model`` comes from other series).
+    """
+    sources = sources or {}
+
+    def query(name: str, label: str, expr: str, description: str) -> db.QueryVariable:
+        return _query_variable(name, label, *sources.get(name, (expr, description)))
+
     return [
         db.DatasourceVariable("datasource")
         .label("Prometheus")
@@ -337,25 +348,25 @@ def standard_variables(traces_plugin: str) -> list[Any]:
         .label(f"Traces ({traces_plugin})")
         .description("Where the agents' OTLP traces land: latency panels link to the traces of a model there.")
         .type(traces_plugin),
-        _query_variable(
+        query(
             "node",
             "Node",
             "label_values(aaco_agent_info, node)",
             "Nodes with an AACO agent (the agent's node name).",
         ),
-        _query_variable(
+        query(
             "namespace",
             "Namespace",
             'label_values(aaco_gpu_up{node=~"$node"}, namespace)',
             "Kubernetes namespace of the pods GPUs are allocated to (GPU panels; empty for unallocated GPUs).",
         ),
-        _query_variable(
+        query(
             "gpu",
             "GPU",
             'label_values(aaco_gpu_up{node=~"$node", namespace=~"$namespace"}, gpu)',
             "GPU index on its node (GPU and device panels).",
         ),
-        _query_variable(
+        query(
             "model",
             "Model",
             'label_values(aaco_iteration_latency_seconds_count{node=~"$node"}, model)',
@@ -411,6 +422,7 @@ class Spec:
     description: str
     rows: list[tuple[str, list[Any]]]
     extra_variables: list[Any] = field(default_factory=list)
+    variable_sources: dict[str, tuple[str, str]] = field(default_factory=dict)
     annotations: list[Annotation] = field(default_factory=list)
     tags: tuple[str, ...] = ()
 
@@ -429,7 +441,7 @@ def build(spec: Spec, traces_plugin: str = "tempo") -> dict[str, Any]:
         .editable()
         .links(dashboard_links())
     )
-    for variable in [*standard_variables(traces_plugin), *spec.extra_variables]:
+    for variable in [*standard_variables(traces_plugin, spec.variable_sources), *spec.extra_variables]:
         d = d.with_variable(variable)
     for annotation in spec.annotations:
         d = d.annotation(annotation.build())

@@ -16,8 +16,9 @@ RULES = DASHBOARDS / "rules"
 STANDARD_VARIABLES = ["datasource", "traces", "node", "namespace", "gpu", "model"]
 # Series Prometheus makes itself for every target.
 PROMETHEUS_SERIES = {"up", "scrape_duration_seconds", "scrape_samples_scraped"}
-# Provided from outside the rules (see recording.yaml): a model's SLO in seconds.
-PROVIDED_SERIES = {"aaco_iteration_latency_slo_seconds"}
+# Provided from outside the rules (see recording.yaml): a model's SLO in seconds, and its LLM serving
+# objectives (records a rule file of the user's may add).
+PROVIDED_SERIES = {"aaco_iteration_latency_slo_seconds", "aaco:llm_ttft_slo", "aaco:llm_tpot_slo"}
 
 # The panels the issue lists for each dashboard, by a word of their title.
 REQUIRED = {
@@ -53,6 +54,19 @@ REQUIRED = {
         "source lag",
         "scrape",
     ],
+    "serving.json": [
+        "time to first token p50 / p95 / p99",
+        "time per output token p50 / p95 / p99",
+        "tokens per second",
+        "queue time",
+        "request duration",
+        "finish reason",
+        "slo error ratio",
+        "burn rate",
+        "kernel family",
+        "device active ratio",
+        "per pod",
+    ],
 }
 
 
@@ -79,7 +93,7 @@ def test_generated_json_is_current():
     assert sorted(generated()) == sorted(f"{name}.json" for name in SPECS)
 
 
-def test_the_five_dashboards_exist_with_unique_uids():
+def test_the_dashboards_exist_with_unique_uids():
     docs = generated()
     assert sorted(docs) == sorted(REQUIRED)
     uids = [d["uid"] for d in docs.values()]
@@ -90,6 +104,7 @@ def test_the_five_dashboards_exist_with_unique_uids():
         "AACO / CPU scheduler",
         "AACO / Fleet",
         "AACO / Agent health",
+        "AACO / LLM serving",
     }
 
 
@@ -142,6 +157,25 @@ def test_latency_panels_carry_exemplars_and_link_to_traces():
         links = p["fieldConfig"]["defaults"]["links"]
         assert links and all("${traces}" in link["url"] for link in links), (name, p["title"])
         assert all("${__field.labels.model}" in link["url"] for link in links)
+
+
+def test_serving_latency_panels_carry_exemplars_and_search_the_request_spans():
+    from urllib.parse import parse_qs, unquote, urlparse
+
+    doc = generated()["serving.json"]
+    latency = [p for p in panels(doc) if p["title"].startswith(("Time to", "Time per", "Request duration", "Queue"))]
+    assert len(latency) == 4
+    for p in latency:
+        assert p["fieldConfig"]["defaults"]["unit"] == "s"
+        assert all(t.get("exemplar") and "_bucket{" in t["expr"] for t in p["targets"]), p["title"]
+        (link,) = p["fieldConfig"]["defaults"]["links"]
+        panes = json.loads(unquote(parse_qs(urlparse(link["url"]).query)["panes"][0]))
+        (query,) = next(iter(panes.values()))["queries"]
+        # the server's own spans (any service), by the model attribute vLLM sets
+        assert query["query"] == '{span.gen_ai.response.model="${__field.labels.model}"}', p["title"]
+    variables = {v["name"]: v for v in doc["templating"]["list"]}
+    assert "aaco_llm_requests_total" in variables["model"]["query"]
+    assert "aaco_llm_requests_total" in variables["namespace"]["query"]
 
 
 def test_trace_link_opens_a_traceql_search_of_the_model():
@@ -205,6 +239,27 @@ def test_every_rule_selects_series_the_agent_or_the_rules_provide():
             for rule in group["rules"]:
                 unknown = metric_names(rule["expr"]) - known
                 assert not unknown, (path.name, rule.get("alert") or rule.get("record"), unknown)
+
+
+def test_default_llm_objectives_sit_on_histogram_bounds():
+    """An SLO threshold counts the requests of the bucket at its ``le``: it must be a bound of the agent's
+    histogram, or the SLI has no good requests to count (and no value)."""
+    from aaco.agent.metrics_doc import all_metrics
+
+    bounds = {m.prom_name: m.buckets for m in all_metrics() if m.kind == "histogram"}
+    metric = {"ttft": "aaco_llm_time_to_first_token_seconds", "tpot": "aaco_llm_time_per_output_token_seconds"}
+    rules = {
+        r["record"]: r
+        for g in yaml.safe_load((RULES / "recording.yaml").read_text())["groups"]
+        for r in g["rules"]
+        if "record" in r
+    }
+    for sli, name in metric.items():
+        default = rules[f"aaco:llm_{sli}_slo:default"]
+        assert float(default["labels"]["le"]) in bounds[name], (sli, default["labels"]["le"], bounds[name])
+        assert default["expr"] == "vector(0.95)"
+    assert rules["aaco:llm_ttft_slo:default"]["labels"]["le"] == "2"
+    assert rules["aaco:llm_tpot_slo:default"]["labels"]["le"] == "0.1"
 
 
 def test_expand_fills_variables_and_intervals():

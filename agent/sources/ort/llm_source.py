@@ -17,6 +17,7 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -82,16 +83,20 @@ class LlmRequestsConfig(StrictModel):
         return self
 
 
-def tracer_provider(config: LlmRequestsConfig) -> Any:
-    """An SDK tracer provider sending to ``config.endpoint`` in batches, resource naming this process."""
+def tracer_provider(config: LlmRequestsConfig) -> tuple[Any, Callable[[], int]]:
+    """An SDK tracer provider sending to ``config.endpoint`` in batches, resource naming this process.
+
+    Also returns a function giving the number of spans the endpoint has not accepted so far (the
+    source reports them as a problem, once, instead of the SDK's log line per batch).
+    """
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
     if config.protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 
-        exporter: Any = GrpcExporter(
+        inner: Any = GrpcExporter(
             endpoint=config.endpoint.split("://", 1)[-1],
             insecure=not config.endpoint.startswith("https://"),
             timeout=config.export_timeout_s,
@@ -99,13 +104,31 @@ def tracer_provider(config: LlmRequestsConfig) -> Any:
     else:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 
-        exporter = HttpExporter(endpoint=config.endpoint.rstrip("/") + "/v1/traces", timeout=config.export_timeout_s)
+        inner = HttpExporter(endpoint=config.endpoint.rstrip("/") + "/v1/traces", timeout=config.export_timeout_s)
+    logging.getLogger(type(inner).__module__).setLevel(logging.CRITICAL)  # failures are counted below instead
+    failed = [0]
+
+    class CountingExporter(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            result = inner.export(spans)
+            if result is not SpanExportResult.SUCCESS:
+                failed[0] += len(spans)
+            return result
+
+        def shutdown(self) -> None:
+            inner.shutdown()
+
+        def force_flush(self, timeout_millis: int = 30_000) -> bool:
+            return inner.force_flush(timeout_millis)
+
     resource = Resource.create({"service.name": config.service_name, "process.pid": os.getpid()})
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(
-        BatchSpanProcessor(exporter, max_queue_size=4096, schedule_delay_millis=200, max_export_batch_size=512)
+        BatchSpanProcessor(
+            CountingExporter(), max_queue_size=4096, schedule_delay_millis=200, max_export_batch_size=512
+        )
     )
-    return provider
+    return provider, lambda: failed[0]
 
 
 class LlmRequestsSource(Source):
@@ -130,7 +153,8 @@ class LlmRequestsSource(Source):
         except AacoError as exc:
             ctx.problem(self.name, subject, "model", str(exc), fatal=True, count=1)
             return
-        tracer_prov = tracer_provider(cfg)
+        tracer_prov, failed = tracer_provider(cfg)
+        reported = 0
         tracer = tracer_prov.get_tracer("aaco.demo.llm_requests")
         log.info(
             "llm_requests: %d requests per cycle as %s on %s, spans to %s (%s)",
@@ -153,6 +177,17 @@ class LlmRequestsSource(Source):
                     self._publish(ctx, profile, start_ns, model, graph.running_nodes, provider)
                     self._send(tracer, served, model)
                     tracer_prov.force_flush(int(cfg.export_timeout_s * 1000))
+                    if failed() > reported:
+                        ctx.problem(
+                            self.name,
+                            cfg.endpoint,
+                            "export",
+                            f"{failed() - reported} request span(s) not accepted by {cfg.endpoint} "
+                            "(is the agent's OTLP receiver on, on that port?)",
+                            fatal=False,
+                            count=failed() - reported,
+                        )
+                        reported = failed()
                     cycle += 1
                     if (cfg.cycles is not None and cycle >= cfg.cycles) or ctx.sleep(cfg.interval_s):
                         break

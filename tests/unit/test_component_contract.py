@@ -27,7 +27,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
 from aaco.agent.pipeline.bus import Bus
 from aaco.agent.receivers.base import ReceiverContext
@@ -145,13 +151,37 @@ def source_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str,
     return {kind: run_source(kind, tmp_path_factory.mktemp(kind)) for kind in SOURCES.kinds()}
 
 
+def received_requests(tmp: Path) -> list[EventBatch]:
+    """``requests`` rows come from the OTLP receiver: vLLM-shaped spans made by the OpenTelemetry SDK, read by it."""
+    spans = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"k8s.pod.name": "vllm-0"}))
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    for i in range(3):
+        with provider.get_tracer("vllm").start_as_current_span("llm_request", kind=SpanKind.SERVER) as span:
+            span.set_attribute("gen_ai.response.model", "contract-llm")
+            span.set_attribute("gen_ai.usage.completion_tokens", 5 + i)
+            span.set_attribute("gen_ai.latency.time_to_first_token", 0.1)
+            span.set_attribute("gen_ai.latency.e2e", 0.5)
+    stats = Stats()
+    bus = Bus(stats)
+    reg = RECEIVERS["otlp"]
+    config = reg.config.model_validate(RECEIVER_CASES["otlp"](tmp))
+    receiver = reg.factory(config, ReceiverContext(stats=stats, traces=Sink(), bus=bus, node="contract-node"))
+    receiver.handle("traces", encode_spans(spans.get_finished_spans()).SerializeToString())  # type: ignore[union-attr]
+    got = [bus.get(0.0) for _ in range(bus.depth)]
+    return [b for b in got if b is not None]
+
+
 @pytest.fixture(scope="module")
-def batches(source_runs: dict[str, dict[str, Any]]) -> dict[str, list[EventBatch]]:
-    """Real batches by kind, as the sources published them."""
+def batches(
+    source_runs: dict[str, dict[str, Any]], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, list[EventBatch]]:
+    """Real batches by kind, as the sources published them (and the receiver read them)."""
     by_kind: dict[str, list[EventBatch]] = defaultdict(list)
     for run in source_runs.values():
         for b in run["published"]:
             by_kind[b.kind].append(b)
+    by_kind["requests"] += received_requests(tmp_path_factory.mktemp("requests"))
     return by_kind
 
 

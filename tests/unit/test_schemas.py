@@ -26,6 +26,7 @@ DESIGN_REQUIRED = {
     "sched": ("ts_ns", "node", "pid", "tid", "metric", "value", "offcpu_start_ns", "offcpu_end_ns"),
     "iterations": ("start_ns", "end_ns", "node", "pid", "model", "run_id", "trace_id", "span_id", "source"),
     "findings": ("ts_ns", "node", "analyzer", "subject", "severity", "confidence", "summary", "evidence_json"),
+    "requests": ("start_ns", "end_ns", "node", "model", "trace_id", "span_id", "source"),
 }
 
 SAMPLE_VALUES = {pa.int64(): 1, pa.float64(): 1.5, pa.string(): "x"}
@@ -39,7 +40,7 @@ def minimal(kind: str, n: int = 2) -> dict[str, pa.Array]:
     }
 
 
-def test_required_columns_match_design_for_all_five_kinds():
+def test_required_columns_match_design_for_every_kind():
     assert set(REQUIRED) == set(DESIGN_REQUIRED) == set(SCHEMAS)
     for kind, cols in DESIGN_REQUIRED.items():
         assert REQUIRED[kind] == cols, kind

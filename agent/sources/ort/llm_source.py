@@ -177,17 +177,18 @@ class LlmRequestsSource(Source):
                     self._publish(ctx, profile, start_ns, model, graph.running_nodes, provider)
                     self._send(tracer, served, model)
                     tracer_prov.force_flush(int(cfg.export_timeout_s * 1000))
-                    if failed() > reported:
+                    lost = failed() - reported
+                    if lost:
                         ctx.problem(
                             self.name,
                             cfg.endpoint,
                             "export",
-                            f"{failed() - reported} request span(s) not accepted by {cfg.endpoint} "
+                            f"{lost} request span(s) not accepted by {cfg.endpoint} "
                             "(is the agent's OTLP receiver on, on that port?)",
                             fatal=False,
-                            count=failed() - reported,
+                            count=lost,
                         )
-                        reported = failed()
+                        reported += lost
                     cycle += 1
                     if (cfg.cycles is not None and cycle >= cfg.cycles) or ctx.sleep(cfg.interval_s):
                         break

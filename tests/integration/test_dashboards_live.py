@@ -1,10 +1,12 @@
 """Live check: the demo agent, a real Prometheus with the project's rules, a real Alertmanager.
 
 ``aaco agent --config examples/demo.yaml --metrics-port P --lake DIR`` runs every source that can
-run here (ONNX Runtime workload, replays and a spool of the real samples, GPU telemetry from the
-sample captures, the scheduler), exporting its traces over OTLP to a real gRPC receiver (the stand-in
-for Tempo). Prometheus (Debian ``prometheus``, loopback, temporary config and data) scrapes it every
-second with dashboards/rules/*.yaml loaded and evaluated every second; Alertmanager (Debian
+run here (ONNX Runtime workload, LLM requests, replays and a spool of the real samples, GPU telemetry
+from the sample captures, the scheduler), exporting its traces over OTLP to a real gRPC receiver (the
+stand-in for Tempo). The agent's own OTLP receiver is turned on (free ports; the demo leaves it off
+for want of an upstream, which the test has) so the LLM requests' spans feed the serving metrics.
+Prometheus (Debian ``prometheus``, loopback, temporary config and data) scrapes it every second
+with dashboards/rules/*.yaml loaded and evaluated every second; Alertmanager (Debian
 ``prometheus-alertmanager``) receives its alerts.
 
 Then every query of every dashboard panel runs against Prometheus, as Grafana would run it
@@ -70,11 +72,6 @@ NO_SERIES_BECAUSE = {
     "and this machine has neither",
     "aaco_spans_summarized_total": "created when an iteration's kernel spans exceed the span budget: the demo's "
     "iterations stay within it",
-    "aaco_span_links_total": "created when an application sends its own spans to the agent's OTLP receiver: "
-    "the demo has no receiver and no such application",
-    "aaco_receiver_requests_total": "the demo does not turn on the agent's OTLP receiver (it forwards to an upstream "
-    "collector, which a plain demo run has not)",
-    "aaco_receiver_items_total": "the demo does not turn on the agent's OTLP receiver",
     "model:aaco_drift_active:nodes": "records only models in a drifted state: none drifts in a short run",
     # The impact needs iterations both inside and outside a throttling episode. The demo's amd-smi capture
     # reports throttling in every sample, so only iterations that finish before its first sample are
@@ -84,6 +81,17 @@ NO_SERIES_BECAUSE = {
     "aaco_throttle_latency_impact_ci_high_ratio": _IMPACT,
     "model:aaco_throttle_latency_impact:max": _IMPACT,
 }
+
+
+def _demo_with_receiver(path: Path) -> Path:
+    """examples/demo.yaml with the agent's OTLP receiver on free ports, and the LLM requests sent there."""
+    doc = yaml.safe_load(DEMO.read_text())
+    http_port, grpc_port = get_free_port(), get_free_port()
+    doc["receivers"]["otlp"].update(enabled=True, http_port=http_port, grpc_port=grpc_port)
+    (llm,) = [s for s in doc["sources"] if s["type"] == "llm_requests"]
+    llm["endpoint"] = f"http://127.0.0.1:{http_port}"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
 
 
 def _ids_from_receiver(receiver) -> set[str]:
@@ -157,7 +165,7 @@ def test_dashboards_against_the_live_demo(tmp_path: Path, aaco_bin: str):
             aaco_bin,
             "agent",
             "--config",
-            str(DEMO),
+            str(_demo_with_receiver(tmp_path / "demo.yaml")),
             "--metrics-port",
             str(port),
             "--lake",
@@ -253,16 +261,17 @@ def test_dashboards_against_the_live_demo(tmp_path: Path, aaco_bin: str):
             assert pending[0]["state"] in ("pending", "firing") and pending[0]["labels"]["node"] == "demo-node"
 
             # Exemplars: the latency histogram's trace IDs are those of traces the OTLP receiver got.
-            def exemplar_ids() -> set[str]:
+            # The same for the LLM requests' time to first token: the request spans forwarded upstream.
+            def exemplar_ids(series: str = "aaco_iteration_latency_seconds_bucket") -> set[str]:
                 doc = http_json(
-                    prom.url + "/api/v1/query_exemplars",
-                    {"query": "aaco_iteration_latency_seconds_bucket", "start": f"{time.time() - 600:.0f}"},
+                    prom.url + "/api/v1/query_exemplars", {"query": series, "start": f"{time.time() - 600:.0f}"}
                 )
                 return {e["labels"]["trace_id"] for s in doc["data"] for e in s["exemplars"]}
 
-            exemplars = wait_for(exemplar_ids, 60, what="exemplars in Prometheus")
-            assert all(re.fullmatch(r"[0-9a-f]{32}", t) for t in exemplars)
-            wait_for(lambda: exemplars & _ids_from_receiver(receiver), 60, what="an exemplar's trace over OTLP")
+            for series in ("aaco_iteration_latency_seconds_bucket", "aaco_llm_time_to_first_token_seconds_bucket"):
+                exemplars = wait_for(lambda s=series: exemplar_ids(s), 60, what=f"exemplars of {series} in Prometheus")
+                assert all(re.fullmatch(r"[0-9a-f]{32}", t) for t in exemplars)
+                wait_for(lambda e=exemplars: e & _ids_from_receiver(receiver), 60, what=f"{series}: a trace upstream")
 
             # Annotation queries run (they may be empty: no drift, no throttling).
             for q in annotations:
@@ -273,6 +282,7 @@ def test_dashboards_against_the_live_demo(tmp_path: Path, aaco_bin: str):
                 ("node", "aaco_agent_info"),
                 ("gpu", "aaco_gpu_up"),
                 ("model", "aaco_iteration_latency_seconds_count"),
+                ("model", "aaco_llm_requests_total"),
                 ("comm", "aaco_sched_oncpu_seconds_total"),
                 ("job", "aaco_agent_info"),
             ]:
@@ -281,6 +291,10 @@ def test_dashboards_against_the_live_demo(tmp_path: Path, aaco_bin: str):
 
             assert unexplained == [], "empty without a known reason:\n" + "\n".join(unexplained)
             assert share >= MIN_SHARE, "\n".join(report)
+            # The LLM serving dashboard on its own, fed by the demo's request spans only.
+            serving = [q for q in queries if q.where.startswith("AACO / LLM serving /")]
+            assert len(serving) > 20
+            assert sum(q in empty for q in serving) <= (1 - MIN_SHARE) * len(serving), "\n".join(report)
         finally:
             if agent.poll() is None:
                 agent.send_signal(signal.SIGTERM)

@@ -27,8 +27,9 @@ import multiprocessing as mp
 import statistics
 import threading
 import time
-from concurrent import futures
 from typing import Any
+
+from span_export import receiver as upstream  # the same counting OTLP/gRPC upstream process (benchmarks/ on sys.path)
 
 from aaco.agent.pipeline.bus import Bus
 from aaco.agent.receivers.config import OtlpReceiverConfig
@@ -40,33 +41,6 @@ from aaco.exporters.otlp_traces import OtlpTraceExporter
 
 T0 = 1_795_000_000_000_000_000
 _PAYLOAD: list[bytes] = []
-
-
-def upstream(port_q: Any, count: Any, stop: Any) -> None:
-    """A counting OTLP/gRPC upstream (its own process)."""
-    import grpc
-    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
-
-    empty = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
-
-    def export(request: bytes, _context: object) -> bytes:
-        msg = trace_service_pb2.ExportTraceServiceRequest.FromString(request)
-        n = sum(len(ss.spans) for rs in msg.resource_spans for ss in rs.scope_spans)
-        with count.get_lock():
-            count.value += n
-        return empty
-
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=4), options=[("grpc.max_receive_message_length", 64 << 20)]
-    )
-    handler = grpc.method_handlers_generic_handler(
-        "opentelemetry.proto.collector.trace.v1.TraceService", {"Export": grpc.unary_unary_rpc_method_handler(export)}
-    )
-    server.add_generic_rpc_handlers((handler,))
-    port_q.put(server.add_insecure_port("127.0.0.1:0"))
-    server.start()
-    stop.wait()
-    server.stop(0)
 
 
 def request_payload(client: int, per_request: int) -> bytes:

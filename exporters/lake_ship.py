@@ -51,6 +51,7 @@ LAKE_ID = "lake-id"
 COMPONENT = "exporter:lake_upload"
 _PART = re.compile(r"^part-(\d+)\.parquet$")
 _CHUNK = 8 * 1024 * 1024
+RETIRE_EVERY_S = 300.0  # retention is in hours: the whole lake is listed for it at most this often
 
 UPLOADED_PARTS: Final = define(
     "aaco.lake.upload.parts", "aaco_lake_upload_parts", "counter", "{part}", "Lake parts shipped to object storage."
@@ -164,6 +165,8 @@ class Shipper:
         self._thread: threading.Thread | None = None
         self._marks: dict[str, int] = {}
         self._failures = 0
+        self._shipped_dirs: dict[str, int] = {}  # directory -> its mtime when no part in it was pending
+        self._next_retire = 0.0
         self._pool = ThreadPoolExecutor(settings.workers, thread_name_prefix="aaco-lake-upload")
         self.lake_id = ""
         for metric in (UPLOADED_PARTS, UPLOADED_BYTES, UPLOAD_FAILURES, DROPPED_PARTS, REMOVED_PARTS, LAST_SUCCESS):
@@ -213,12 +216,23 @@ class Shipper:
                 continue
             for directory in base.glob("date=*/node=*"):
                 rel = str(directory.relative_to(self.root))
+                # A directory found fully shipped is listed again only once its mtime moved (a part linked
+                # in or removed): a long-kept lake is not re-listed part by part every pass.
+                mtime = directory.stat().st_mtime_ns
+                if self._shipped_dirs.get(rel) == mtime:
+                    continue
                 floor = self._marks.get(rel, -1)
+                found = False
                 for f in directory.iterdir():
                     m = _PART.match(f.name)
                     if m and int(m.group(1)) > floor:
                         st = f.stat()
                         out.append(Part(f, rel, int(m.group(1)), st.st_size, st.st_mtime))
+                        found = True
+                if found:
+                    self._shipped_dirs.pop(rel, None)
+                else:
+                    self._shipped_dirs[rel] = mtime
         return sorted(out, key=lambda p: (p.directory, p.seq))
 
     # -- shipping -----------------------------------------------------------------------------------
@@ -330,8 +344,10 @@ class Shipper:
     def _retire(self) -> None:
         """Remove local parts shipped more than ``retention_h`` ago (their marks stay)."""
         hours = self.settings.retention_h
-        if hours is None:
+        now = self._monotonic()
+        if hours is None or now < self._next_retire:
             return
+        self._next_retire = now + min(RETIRE_EVERY_S, hours * 360)  # a tenth of the retention, at most 5 min
         cutoff = time.time() - hours * 3600
         for kind in self.kinds:
             for directory in (self.root / kind).glob("date=*/node=*"):

@@ -348,16 +348,10 @@ class LakeExporter(Exporter):
             plan: list[tuple[Path, Path, int]] = []
             try:
                 for i, ((kind, date, node), batches) in enumerate(sorted(grouped.items())):
-                    directory = self.root / kind / f"date={date}" / f"node={urllib.parse.quote(node, safe='')}"
-                    make_dirs(directory)
+                    directory = self._directory(kind, date, node)
                     table = pa.Table.from_batches(batches, schema=SCHEMAS[kind]).drop_columns(["node"])
-                    tmp = directory / f".part-c{seq}-{i}.tmp"
-                    os.close(open_private(tmp, os.O_WRONLY))  # made 0640: the writer truncates it, keeping its mode
-                    pq.write_table(table, tmp, compression=self.config.compression, **parquet_options(table.schema))
-                    tighten(tmp)  # whatever the writer did, the part is 0640 or tighter before it is linked into place
-                    final_path = directory / f"part-{self._next_part(directory):06d}.parquet"
-                    while final_path.exists():
-                        final_path = directory / f"part-{self._next_part(directory):06d}.parquet"
+                    tmp = self._write_tmp(directory / f".part-c{seq}-{i}.tmp", table)
+                    final_path = self._final_name(directory)
                     plan.append((tmp, final_path, table.num_rows))
                 intent = {
                     "commit": seq,
@@ -430,20 +424,32 @@ class LakeExporter(Exporter):
         if last_path.exists() and last_path.read_bytes() == text:
             return
         now = time.time_ns()
-        directory = self.root / versions.KIND / f"date={_date(now // NS_PER_DAY)}"
-        directory = directory / f"node={urllib.parse.quote(self._node, safe='')}"
-        make_dirs(directory)
+        directory = self._directory(versions.KIND, _date(now // NS_PER_DAY), self._node)
         table = versions.row(now, self._node, found).drop_columns(["node"])
-        tmp = directory / ".part-versions.tmp"
-        os.close(open_private(tmp, os.O_WRONLY))
-        pq.write_table(table, tmp, compression=self.config.compression)
-        tighten(tmp)
+        tmp = self._write_tmp(directory / ".part-versions.tmp", table)
+        os.link(tmp, self._final_name(directory))
+        tmp.unlink()
+        write_bytes_atomic(last_path, text)
+
+    def _directory(self, kind: str, date: str, node: str) -> Path:
+        """The partition directory of (kind, date, node), made if missing (the node URI-encoded)."""
+        directory = self.root / kind / f"date={date}" / f"node={urllib.parse.quote(node, safe='')}"
+        make_dirs(directory)
+        return directory
+
+    def _write_tmp(self, tmp: Path, table: pa.Table) -> Path:
+        """``table`` written as Parquet to the hidden ``tmp``, 0640 or tighter before it is linked into place."""
+        os.close(open_private(tmp, os.O_WRONLY))  # made 0640: the writer truncates it, keeping its mode
+        pq.write_table(table, tmp, compression=self.config.compression, **parquet_options(table.schema))
+        tighten(tmp)  # whatever the writer did
+        return tmp
+
+    def _final_name(self, directory: Path) -> Path:
+        """The next free ``part-NNNNNN.parquet`` name of ``directory``."""
         final_path = directory / f"part-{self._next_part(directory):06d}.parquet"
         while final_path.exists():
             final_path = directory / f"part-{self._next_part(directory):06d}.parquet"
-        os.link(tmp, final_path)
-        tmp.unlink()
-        write_bytes_atomic(last_path, text)
+        return final_path
 
     def force_flush(self, timeout_s: float = 10.0) -> bool:
         """Commit what may be committed now, and ship what is sealed within ``timeout_s``."""

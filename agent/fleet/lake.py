@@ -22,14 +22,13 @@ import pyarrow.fs as pafs
 
 from aaco.contract import versions
 from aaco.contract.errors import AacoError
-from aaco.contract.schemas import SCHEMAS
+from aaco.contract.schemas import SCHEMAS, TIME_COLUMN
 from aaco.contract.stores import Store, StoreError, open_store
 
 KINDS = ("kernels", "iterations", "telemetry")
 TABLES = (*KINDS, versions.KIND)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
-_TIME = {"kernels": "start_ns", "iterations": "start_ns", "telemetry": "ts_ns"}
 _PART = re.compile(r"date=[^/]+/node=[^/]+/part-[^/]+\.parquet")
 _AWS_CODE = re.compile(r"AWS Error ([A-Z_]+)")
 _UNREACHABLE = ("NETWORK_CONNECTION", "Could not connect", "Couldn't resolve", "Connection refused")
@@ -150,6 +149,6 @@ class FleetLake:
         floor = time.time_ns() - since_ns if since_ns is not None else None
         for kind, table in self.tables.items():
             con.register(f"_{kind}", table)
-            where = f" WHERE {_TIME[kind]} >= {int(floor)}" if floor is not None and kind in _TIME else ""
+            where = f" WHERE {TIME_COLUMN[kind]} >= {int(floor)}" if floor is not None and kind in KINDS else ""
             con.execute(f"CREATE VIEW {kind} AS SELECT * FROM _{kind}{where}")
         return con

@@ -16,7 +16,7 @@ import numpy as np
 from pydantic import Field, PositiveInt
 
 from aaco.analyzers.base import AgentHints, Analyzer
-from aaco.analyzers.stats import percentiles
+from aaco.analyzers.stats import Histogram, percentiles
 from aaco.contract.config_base import StrictModel
 from aaco.contract.schemas import EventBatch
 from aaco.contract.signals import LATENCY_BUCKETS, HistogramValue, MetricPoint, PointBuilder, define
@@ -42,11 +42,8 @@ THROUGHPUT = define(
 
 @dataclass
 class _ModelState:
-    bucket_counts: np.ndarray
-    count: int = 0
-    total_s: float = 0.0
+    hist: Histogram
     recent: deque[float] = field(default_factory=deque)
-    exemplar: tuple[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -129,18 +126,12 @@ class LatencyAnalyzer(Analyzer):
                 if len(self._models) >= self._max_models:
                     self.dropped_models += 1
                     continue
-                st = self._models[key] = _ModelState(np.zeros(len(self._bounds), dtype=np.int64))
+                st = self._models[key] = _ModelState(Histogram(self._bounds))
                 st.recent = deque(maxlen=self._window)
             mask = (nodes == key[0]) & (models == key[1])
             values = lat[mask]
-            st.count += values.size
-            st.total_s += float(values.sum())
-            # cumulative: bucket i counts observations <= bound i
-            st.bucket_counts += np.array([(values <= b_).sum() for b_ in self._bounds], dtype=np.int64)
+            st.hist.add(values, traces[mask])
             st.recent.extend(values.tolist())
-            last = np.nonzero(mask)[0][-1]
-            if traces[last] is not None:
-                st.exemplar = (str(traces[last]), float(lat[last]))
 
     def snapshot(self) -> LatencyResult:
         """Current statistics."""
@@ -151,7 +142,7 @@ class LatencyAnalyzer(Analyzer):
             p50, p95, p99 = percentiles(recent, (50, 95, 99))
             mean = float(recent.mean()) if recent.size else None
             models[key] = LatencyRow(
-                iterations=st.count,
+                iterations=st.hist.count,
                 window=int(recent.size),
                 p50_s=p50,
                 p95_s=p95,
@@ -161,14 +152,7 @@ class LatencyAnalyzer(Analyzer):
                 max_s=float(recent.max()) if recent.size else None,
                 throughput_per_s=(1.0 / mean) if mean else None,
             )
-            hists[key] = HistogramValue(
-                tuple(LATENCY_BUCKETS),
-                tuple(int(c) for c in st.bucket_counts),
-                st.count,
-                st.total_s,
-                st.exemplar[0] if st.exemplar else None,
-                st.exemplar[1] if st.exemplar else None,
-            )
+            hists[key] = st.hist.value()
         return LatencyResult(models, hists)
 
 

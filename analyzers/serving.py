@@ -19,6 +19,7 @@ import pyarrow as pa
 from pydantic import Field, PositiveInt
 
 from aaco.analyzers.base import AgentHints, Analyzer
+from aaco.analyzers.stats import Histogram
 from aaco.contract.config_base import StrictModel
 from aaco.contract.schemas import EventBatch
 from aaco.contract.serving import (
@@ -35,38 +36,8 @@ UNKNOWN_REASON = "unknown"
 
 
 @dataclass
-class _Hist:
-    bounds: np.ndarray
-    per_bucket: np.ndarray  # not cumulative; the last slot is +Inf
-    count: int = 0
-    total: float = 0.0
-    exemplar: tuple[str, float] | None = None
-
-    def add(self, values: np.ndarray, traces: np.ndarray) -> None:
-        if values.size == 0:
-            return
-        idx = np.searchsorted(self.bounds, values, side="left")  # bucket i holds bounds[i-1] < v <= bounds[i]
-        self.per_bucket += np.bincount(idx, minlength=self.bounds.size + 1)
-        self.count += int(values.size)
-        self.total += float(values.sum())
-        self.exemplar = (str(traces[-1]), float(values[-1]))
-
-    def value(self) -> HistogramValue:
-        cumulative = np.cumsum(self.per_bucket)[: self.bounds.size]
-        ex = self.exemplar
-        return HistogramValue(
-            tuple(float(b) for b in self.bounds),
-            tuple(int(c) for c in cumulative),
-            self.count,
-            self.total,
-            ex[0] if ex else None,
-            ex[1] if ex else None,
-        )
-
-
-@dataclass
 class _Group:
-    hists: dict[str, _Hist]
+    hists: dict[str, Histogram]
     tokens: Counter[str] = field(default_factory=Counter)
     finish: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
@@ -167,7 +138,7 @@ class ServingAnalyzer(Analyzer):
     def _group(self, key: Group) -> _Group | None:
         g = self._groups.get(key)
         if g is None and len(self._groups) < self._max_groups:
-            hists = {n: _Hist(b, np.zeros(b.size + 1, dtype=np.int64)) for n, b in self._bounds.items()}
+            hists = {n: Histogram(b) for n, b in self._bounds.items()}
             g = self._groups[key] = _Group(hists)
         return g
 

@@ -5,15 +5,19 @@
 - ``Reservoir``: a uniform sample of bounded size from a stream (Algorithm R);
 - ``bootstrap_medians`` and ``median_ratio``: the ratio of two medians with its percentile
   bootstrap 95 % interval, each resample's median drawn exactly from its order statistic;
-- ``log2_quantile``: a quantile of a power-of-two histogram.
+- ``log2_quantile``: a quantile of a power-of-two histogram;
+- ``Histogram``: a cumulative-bounds histogram with count, sum and the latest exemplar (what
+  ``contract.signals.HistogramValue`` exports).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+
+from aaco.contract.signals import HistogramValue
 
 
 def percentiles(values: np.ndarray, qs: Sequence[float]) -> tuple[float | None, ...]:
@@ -108,3 +112,43 @@ def log2_quantile(slots: np.ndarray, q: float) -> float | None:
     hi = float(1 << (k + 1))
     frac = (target - before) / float(slots[k]) if slots[k] else 1.0
     return (lo + (hi - lo) * min(1.0, max(0.0, frac))) / 1e9
+
+
+@dataclass
+class Histogram:
+    """Observations counted into buckets ``bounds`` (bucket i holds ``bounds[i-1] < v <= bounds[i]``), with +Inf."""
+
+    bounds: np.ndarray
+    per_bucket: np.ndarray = field(init=False)  # not cumulative; the last slot is +Inf
+    count: int = 0
+    total: float = 0.0
+    exemplar: tuple[str, float] | None = None
+
+    def __post_init__(self) -> None:
+        self.per_bucket = np.zeros(self.bounds.size + 1, dtype=np.int64)
+
+    def add(self, values: np.ndarray, traces: np.ndarray) -> None:
+        """Count ``values``; the last one whose trace id is known becomes the exemplar."""
+        if values.size == 0:
+            return
+        slots = np.searchsorted(self.bounds, values, side="left")
+        self.per_bucket += np.bincount(slots, minlength=self.bounds.size + 1)
+        self.count += int(values.size)
+        self.total += float(values.sum())
+        for i in range(values.size - 1, -1, -1):  # almost always the last one
+            if traces[i] is not None:
+                self.exemplar = (str(traces[i]), float(values[i]))
+                break
+
+    def value(self) -> HistogramValue:
+        """The exported form: cumulative counts per bound, count, sum, exemplar."""
+        cumulative = np.cumsum(self.per_bucket)[: self.bounds.size]
+        ex = self.exemplar
+        return HistogramValue(
+            tuple(float(b) for b in self.bounds),
+            tuple(int(c) for c in cumulative),
+            self.count,
+            self.total,
+            ex[0] if ex else None,
+            ex[1] if ex else None,
+        )

@@ -75,7 +75,7 @@ def is_remote(url: str) -> bool:
 def local_path(url: str) -> Path:
     """The directory a plain path or ``file://`` URL names."""
     if scheme(url) == "file":
-        return Path(urllib.parse.unquote(urllib.parse.urlsplit(url.replace(":/", ":///", 1)).path))
+        return Path(urllib.parse.unquote(urllib.parse.urlsplit(url).path))
     return Path(url)
 
 

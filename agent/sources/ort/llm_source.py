@@ -21,19 +21,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-import orjson
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, conint, model_validator
 
 from aaco.agent.sources.base import Source, SourceContext
-from aaco.agent.sources.ingest import publish_parsed
 from aaco.agent.sources.ort.inputs import make_inputs
 from aaco.agent.sources.ort.llm_requests import plan_requests, serve, span_attributes
 from aaco.agent.sources.ort.models import load_model, resolve_model
 from aaco.agent.sources.ort.onnx_graph import summarize
+from aaco.agent.sources.ort.profiles import publish_profile
 from aaco.agent.sources.ort.session import make_session, resolve_provider
 from aaco.agent.sources.ort.source import Provider
-from aaco.agent.sources.traces.ort_profile import parse_ort_profile
-from aaco.contract.clock import ClockOffset
 from aaco.contract.config_base import StrictModel
 from aaco.contract.errors import AacoError
 
@@ -226,33 +223,17 @@ class LlmRequestsSource(Source):
         self, ctx: SourceContext, profile: Path, start_ns: int, model: str, running_nodes: int, provider: str
     ) -> None:
         """Publish the cycle's profile: the warmup runs left out, every request's runs as iterations."""
-        try:
-            events = orjson.loads(profile.read_bytes())
-        except (OSError, orjson.JSONDecodeError) as exc:
-            ctx.problem(
-                self.name,
-                os.fspath(profile),
-                "profile",
-                f"cannot read ONNX Runtime's profile: {exc}",
-                fatal=True,
-                count=1,
-            )
-            return
-        finally:
-            profile.unlink(missing_ok=True)
-        parsed = parse_ort_profile(
-            events,
-            clock=ClockOffset(start_ns, 1000, "ort-profiling-start"),
-            node=ctx.node,
+        publish_profile(
+            ctx,
+            self.name,
+            profile,
+            start_ns,
             identity=f"llm:{os.getpid()}:{start_ns}",
-            run_id=f"{model}:{start_ns}",
             model=model,
             skip_runs=self.config.warmup,
             graph_nodes=running_nodes,
             provider=provider,
-            source=self.name,
         )
-        publish_parsed(ctx, self.name, f"{model} cycle {start_ns}", parsed, live=True)
 
     def _send(self, tracer: Any, served: list, model: str) -> None:
         """One ``llm_request`` SERVER span per finished request, from its arrival to its last token."""

@@ -16,17 +16,14 @@ from collections import deque
 from pathlib import Path
 from typing import Literal
 
-import orjson
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveInt
 
 from aaco.agent.sources.base import Source, SourceContext
-from aaco.agent.sources.ingest import publish_parsed
 from aaco.agent.sources.ort.models import load_model, model_name, resolve_model
 from aaco.agent.sources.ort.onnx_graph import summarize
+from aaco.agent.sources.ort.profiles import publish_profile
 from aaco.agent.sources.ort.session import resolve_provider
 from aaco.agent.sources.ort.workload import OrtWorkload
-from aaco.agent.sources.traces.ort_profile import parse_ort_profile
-from aaco.contract.clock import ClockOffset
 from aaco.contract.config_base import StrictModel
 from aaco.contract.errors import AacoError
 
@@ -139,32 +136,18 @@ class OrtSource(Source):
         """Publish one cycle's profile; KAR's denominator is ``running_nodes`` (nodes not folded at load)."""
         if result.profile_path is None:
             return
-        subject = os.fspath(result.profile_path)
-        try:
-            events = orjson.loads(result.profile_path.read_bytes())
-        except (OSError, orjson.JSONDecodeError) as exc:
-            ctx.problem(
-                self.name, subject, "profile", f"cannot read ONNX Runtime's profile: {exc}", fatal=True, count=1
-            )
-            return
-        finally:
-            result.profile_path.unlink(missing_ok=True)
-        identity = f"ort:{result.pid}:{result.profiling_start_ns}"
-        parsed = parse_ort_profile(
-            events,
-            clock=ClockOffset(result.profiling_start_ns, 1000, "ort-profiling-start"),
-            node=ctx.node,
-            identity=identity,
-            run_id=f"{name}:{result.profiling_start_ns}",
+        publish_profile(
+            ctx,
+            self.name,
+            result.profile_path,
+            result.profiling_start_ns,
+            identity=f"ort:{result.pid}:{result.profiling_start_ns}",
             model=name,
             skip_runs=result.warmup_done,
             graph_nodes=running_nodes,
             graph_nodes_optimized=optimized,
             provider=provider,
-            source=self.name,
         )
-        # skip_runs drops the warmup runs; a cycle cut short by a stop just has fewer timed runs.
-        publish_parsed(ctx, self.name, f"{name} cycle {result.profiling_start_ns}", parsed, live=True)
 
 
 def create(config: OrtSourceConfig, name: str) -> OrtSource:

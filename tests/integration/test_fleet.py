@@ -36,15 +36,10 @@ def rows(lake: Path, kind: str) -> int:
     return ds.dataset(lake / kind, format="parquet").count_rows() if (lake / kind).is_dir() else 0
 
 
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory, aaco_bin: str, samples: Path) -> tuple[Path, dict[str, Path]]:
-    root = tmp_path_factory.mktemp("fleet")
-    alone = {}
-    for node, sample in NODES.items():
-        replay(aaco_bin, samples / sample, root / "lake", node)
-        alone[node] = root / f"alone-{node}"
-        replay(aaco_bin, samples / sample, alone[node], node)
-    return root / "lake", alone
+@pytest.fixture
+def fleet(fleet_lakes: tuple[Path, dict[str, Path]]) -> tuple[Path, dict[str, Path]]:
+    """The session's three-node lake and each node's own (tests/integration/conftest.py)."""
+    return fleet_lakes
 
 
 def fleet_json(aaco_bin: str, *args: str) -> object:

@@ -2,8 +2,8 @@
 
 Three nodes replay different real samples into one local lake, which is copied as it is into a
 bucket with pyarrow; every answer over ``s3://`` must equal the answer over the directory. A missing
-bucket and refused credentials are one error line each (exit 2), and the lake survives the store
-being stopped and started again.
+bucket and refused credentials are one error line each (exit 2). That a lake survives its store
+stopping and starting again is tests/integration/test_lake_s3.py's outage test.
 """
 
 from __future__ import annotations
@@ -21,14 +21,8 @@ from .test_fleet import NODES, replay
 pytestmark = pytest.mark.integration
 
 
-def lake_in_bucket(aaco_bin: str, samples: Path, seaweed, root: Path, nodes: dict[str, str]) -> tuple[Path, str]:
-    """Each node replays its sample into one lake under ``root``, copied as it is into a fresh bucket.
-
-    Returns the directory and the bucket's ``s3://`` URL.
-    """
-    local = root / "lake"
-    for node, sample in nodes.items():
-        replay(aaco_bin, samples / sample, local, node)
+def copy_to_bucket(local: Path, seaweed) -> str:
+    """The lake directory ``local`` copied as it is into a fresh bucket: its ``s3://`` URL."""
     bucket = f"fleet-{secrets.token_hex(6)}"
     seaweed.make_bucket(bucket)
     pafs.copy_files(
@@ -37,13 +31,25 @@ def lake_in_bucket(aaco_bin: str, samples: Path, seaweed, root: Path, nodes: dic
         source_filesystem=pafs.LocalFileSystem(),
         destination_filesystem=seaweed.filesystem(),
     )
-    return local, f"s3://{bucket}/lake"
+    return f"s3://{bucket}/lake"
+
+
+def lake_in_bucket(aaco_bin: str, samples: Path, seaweed, root: Path, nodes: dict[str, str]) -> tuple[Path, str]:
+    """Each node replays its sample into one lake under ``root``, copied as it is into a fresh bucket.
+
+    Returns the directory and the bucket's ``s3://`` URL.
+    """
+    local = root / "lake"
+    for node, sample in nodes.items():
+        replay(aaco_bin, samples / sample, local, node)
+    return local, copy_to_bucket(local, seaweed)
 
 
 @pytest.fixture(scope="module")
-def lakes(tmp_path_factory: pytest.TempPathFactory, aaco_bin: str, samples: Path, seaweed) -> tuple[Path, str]:
-    """The three-node lake of test_fleet on disk and in a bucket: (directory, s3:// URL)."""
-    return lake_in_bucket(aaco_bin, samples, seaweed, tmp_path_factory.mktemp("fleet-s3"), NODES)
+def lakes(fleet_lakes: tuple[Path, dict[str, Path]], seaweed) -> tuple[Path, str]:
+    """The session's three-node lake (tests/integration/conftest.py) on disk and in a bucket: (directory, URL)."""
+    local = fleet_lakes[0]
+    return local, copy_to_bucket(local, seaweed)
 
 
 def answer(aaco_bin: str, env: dict[str, str], *args: str) -> object:
@@ -78,12 +84,3 @@ def test_a_missing_bucket_and_refused_credentials_are_one_clear_error(aaco_bin, 
     assert f"{url}: the store refused the credentials" in said and "AWS_SECRET_ACCESS_KEY" in said
     empty = f"{url.rsplit('/', 1)[0]}/nothing-here"
     assert "not a lake" in one_error(aaco_bin, seaweed.env, empty)
-
-
-def test_the_lake_survives_the_store_stopping_and_starting_again(aaco_bin, seaweed, lakes):
-    local, url = lakes
-    seaweed.stop()
-    seaweed.start()
-    seaweed.wait_ready()
-    after = answer(aaco_bin, seaweed.env, "summary", "--lake", url)
-    assert after == answer(aaco_bin, {}, "summary", "--lake", str(local))

@@ -2,10 +2,10 @@
 
 Folds the ``requests`` rows the OTLP receiver reads from servers' request spans into cumulative
 histograms (bounds in ``contract/serving.py``) and counters, as Prometheus expects. Each histogram's
-exemplar is the latest request's trace id. Time per output token is ``(e2e - ttft) / (output_tokens -
-1)``; requests it cannot be computed for are counted by reason. The request duration is ``e2e_s``,
-else the span's own duration. Bounded: at most ``max_groups`` (model, namespace, pod) groups and
-``max_finish_reasons`` finish reasons per group (further ones count as ``other``). docs/serving.md.
+exemplar is the latest request's trace id. The per-request values (time per output token, duration,
+and why TPOT was left out) are ``contract.serving.request_series``. Bounded: at most ``max_groups``
+(model, namespace, pod) groups and ``max_finish_reasons`` finish reasons per group (further ones
+count as ``other``). docs/serving.md.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from aaco.contract.serving import (
     REQUEST_COUNT,
     REQUESTS_SKIPPED,
     TOKEN_COUNT,
+    request_series,
 )
 from aaco.contract.signals import HistogramValue, MetricPoint, PointBuilder
 
@@ -162,38 +163,13 @@ class ServingAnalyzer(Analyzer):
 
     def _fold(self, g: _Group, b: pa.RecordBatch) -> None:
         traces = _strings(b, "trace_id", "")
-        ttft, e2e = _floats(b, "ttft_s"), _floats(b, "e2e_s")
-        out = _floats(b, "output_tokens")
-        span_s = (b.column("end_ns").to_numpy() - b.column("start_ns").to_numpy()) / 1e9
-        duration = np.where(np.isnan(e2e), span_s, e2e)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            tpot = (e2e - ttft) / (out - 1)
-        no_tokens = np.isnan(out)
-        no_latency = ~no_tokens & (np.isnan(e2e) | np.isnan(ttft))
-        one_token = ~no_tokens & ~no_latency & (out <= 1)
-        negative = ~no_tokens & ~no_latency & ~one_token & (e2e < ttft)
-        for reason, m in (
-            ("tpot_no_tokens", no_tokens),
-            ("tpot_no_latency", no_latency),
-            ("tpot_one_token", one_token),
-            ("tpot_negative", negative),
-        ):
-            if m.any():
-                g.skipped[reason] += int(m.sum())
-        ok_tpot = ~(no_tokens | no_latency | one_token | negative)
-        series = {
-            "ttft_s": ttft,
-            "tpot_s": np.where(ok_tpot, tpot, np.nan),
-            "duration_s": duration,
-            "queue_s": _floats(b, "queue_s"),
-            "prefill_s": _floats(b, "prefill_s"),
-            "decode_s": _floats(b, "decode_s"),
-        }
-        for name, values in series.items():
+        series = request_series(b)
+        g.skipped.update(series.skipped)
+        for name, values in series.values.items():
             present = ~np.isnan(values)
             g.hists[name].add(values[present], traces[present])
         g.tokens["input"] += int(np.nansum(_floats(b, "input_tokens")))
-        g.tokens["output"] += int(np.nansum(out))
+        g.tokens["output"] += int(np.nansum(_floats(b, "output_tokens")))
         for reason, n in Counter(_strings(b, "finish_reason", UNKNOWN_REASON).tolist()).items():
             key = reason if reason in g.finish or len(g.finish) < self._max_reasons else OTHER_REASON
             g.finish[key] += n

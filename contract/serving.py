@@ -8,7 +8,11 @@ bucket edge and its SLI is read from ``_bucket`` without interpolation.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
+
+import numpy as np
+import pyarrow as pa
 
 from aaco.contract.signals import define
 
@@ -126,3 +130,48 @@ HISTOGRAMS: Final = {
     "prefill_s": PREFILL,
     "decode_s": DECODE,
 }
+
+
+@dataclass(frozen=True)
+class RequestSeries:
+    """Per-request values of a ``requests`` batch: each histogram's field (NaN where not measured)."""
+
+    values: dict[str, np.ndarray]  # by HISTOGRAMS field, float64 seconds, one per row
+    skipped: dict[str, int]  # requests left out of the TPOT histogram, by reason
+
+
+def _floats(b: pa.RecordBatch, name: str) -> np.ndarray:
+    return b.column(name).to_numpy(zero_copy_only=False).astype(np.float64)  # nulls -> NaN
+
+
+def request_series(b: pa.RecordBatch) -> RequestSeries:
+    """The histograms' observations of each request row: TPOT is ``(e2e - ttft) / (output_tokens - 1)``.
+
+    The duration is ``e2e_s``, else the span's own duration. TPOT is NaN where it cannot be computed,
+    counted by reason: ``tpot_no_tokens``, ``tpot_no_latency``, ``tpot_one_token``, ``tpot_negative``.
+    """
+    ttft, e2e = _floats(b, "ttft_s"), _floats(b, "e2e_s")
+    out = _floats(b, "output_tokens")
+    span_s = (b.column("end_ns").to_numpy() - b.column("start_ns").to_numpy()) / 1e9
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tpot = (e2e - ttft) / (out - 1)
+    no_tokens = np.isnan(out)
+    no_latency = ~no_tokens & (np.isnan(e2e) | np.isnan(ttft))
+    one_token = ~no_tokens & ~no_latency & (out <= 1)
+    negative = ~no_tokens & ~no_latency & ~one_token & (e2e < ttft)
+    reasons = {
+        "tpot_no_tokens": no_tokens,
+        "tpot_no_latency": no_latency,
+        "tpot_one_token": one_token,
+        "tpot_negative": negative,
+    }
+    ok = ~(no_tokens | no_latency | one_token | negative)
+    values = {
+        "ttft_s": ttft,
+        "tpot_s": np.where(ok, tpot, np.nan),
+        "duration_s": np.where(np.isnan(e2e), span_s, e2e),
+        "queue_s": _floats(b, "queue_s"),
+        "prefill_s": _floats(b, "prefill_s"),
+        "decode_s": _floats(b, "decode_s"),
+    }
+    return RequestSeries(values, {r: int(m.sum()) for r, m in reasons.items() if m.any()})

@@ -1,8 +1,8 @@
 """Iteration latency per model: a cumulative histogram for Prometheus, quantiles over recent iterations.
 
 Quantiles come from the last ``window`` iterations (a bounded ring), so they follow the workload
-as it changes; the histogram is cumulative, as Prometheus expects, and carries the latest
-iteration's trace ID as exemplar. Throughput is sequential: iterations per second of iteration
+as it changes; the histogram is cumulative, as Prometheus expects, and each bucket carries its
+latest iteration's trace ID as exemplar. Throughput is sequential: iterations per second of iteration
 time (1 / mean latency for one stream of requests).
 """
 
@@ -120,6 +120,7 @@ class LatencyAnalyzer(Analyzer):
         nodes = b.column("node").to_numpy(zero_copy_only=False)
         models = b.column("model").fill_null("unknown").to_numpy(zero_copy_only=False)
         traces = b.column("trace_id").to_numpy(zero_copy_only=False)
+        ends = b.column("end_ns").to_numpy()
         for key in {(str(n), str(m)) for n, m in zip(nodes, models, strict=True)}:
             st = self._models.get(key)
             if st is None:
@@ -130,7 +131,7 @@ class LatencyAnalyzer(Analyzer):
                 st.recent = deque(maxlen=self._window)
             mask = (nodes == key[0]) & (models == key[1])
             values = lat[mask]
-            st.hist.add(values, traces[mask])
+            st.hist.add(values, traces[mask], ends[mask])
             st.recent.extend(values.tolist())
 
     def snapshot(self) -> LatencyResult:

@@ -6,8 +6,8 @@
 - ``bootstrap_medians`` and ``median_ratio``: the ratio of two medians with its percentile
   bootstrap 95 % interval, each resample's median drawn exactly from its order statistic;
 - ``log2_quantile``: a quantile of a power-of-two histogram;
-- ``Histogram``: a cumulative-bounds histogram with count, sum and the latest exemplar (what
-  ``contract.signals.HistogramValue`` exports).
+- ``Histogram``: a cumulative-bounds histogram with count, sum and the latest exemplar of each
+  bucket (what ``contract.signals.HistogramValue`` exports).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from aaco.contract.signals import HistogramValue
+from aaco.contract.signals import Exemplar, HistogramValue
 
 
 def percentiles(values: np.ndarray, qs: Sequence[float]) -> tuple[float | None, ...]:
@@ -116,39 +116,50 @@ def log2_quantile(slots: np.ndarray, q: float) -> float | None:
 
 @dataclass
 class Histogram:
-    """Observations counted into buckets ``bounds`` (bucket i holds ``bounds[i-1] < v <= bounds[i]``), with +Inf."""
+    """Observations counted into buckets ``bounds`` (bucket i holds ``bounds[i-1] < v <= bounds[i]``), with +Inf.
+
+    Each bucket keeps an exemplar: its latest observation whose trace id is known.
+    """
 
     bounds: np.ndarray
     per_bucket: np.ndarray = field(init=False)  # not cumulative; the last slot is +Inf
     count: int = 0
     total: float = 0.0
-    exemplar: tuple[str, float] | None = None
+    exemplars: list[Exemplar | None] = field(init=False)
 
     def __post_init__(self) -> None:
         self.per_bucket = np.zeros(self.bounds.size + 1, dtype=np.int64)
+        self.exemplars = [None] * (self.bounds.size + 1)
 
-    def add(self, values: np.ndarray, traces: np.ndarray) -> None:
-        """Count ``values``; the last one whose trace id is known becomes the exemplar."""
+    def add(self, values: np.ndarray, traces: np.ndarray, ts_ns: np.ndarray | None = None) -> None:
+        """Count ``values``; in each bucket the last one with a trace id (not None, not empty) becomes its exemplar.
+
+        ``ts_ns``, when given, is each observation's time (Unix nanoseconds), kept with its exemplar.
+        """
         if values.size == 0:
             return
         slots = np.searchsorted(self.bounds, values, side="left")
         self.per_bucket += np.bincount(slots, minlength=self.bounds.size + 1)
         self.count += int(values.size)
         self.total += float(values.sum())
-        for i in range(values.size - 1, -1, -1):  # almost always the last one
-            if traces[i] is not None:
-                self.exemplar = (str(traces[i]), float(values[i]))
-                break
+        traces = np.asarray(traces, dtype=object)
+        known = np.flatnonzero(np.not_equal(traces, None) & np.not_equal(traces, ""))
+        if known.size == 0:
+            return
+        last = np.full(self.bounds.size + 1, -1, dtype=np.int64)
+        np.maximum.at(last, slots[known], known)  # each bucket's last row with a trace
+        for bucket in np.flatnonzero(last >= 0).tolist():
+            i = int(last[bucket])
+            ts = float(ts_ns[i]) / 1e9 if ts_ns is not None else None
+            self.exemplars[bucket] = Exemplar(str(traces[i]), float(values[i]), ts)
 
     def value(self) -> HistogramValue:
-        """The exported form: cumulative counts per bound, count, sum, exemplar."""
+        """The exported form: cumulative counts per bound, count, sum, an exemplar per bucket."""
         cumulative = np.cumsum(self.per_bucket)[: self.bounds.size]
-        ex = self.exemplar
         return HistogramValue(
             tuple(float(b) for b in self.bounds),
             tuple(int(c) for c in cumulative),
             self.count,
             self.total,
-            ex[0] if ex else None,
-            ex[1] if ex else None,
+            tuple(self.exemplars),
         )

@@ -52,15 +52,31 @@ class MetricDef:
 
 
 @dataclass(frozen=True, slots=True)
+class Exemplar:
+    """One observation that links a histogram bucket to its trace: trace id, value, when (Unix seconds)."""
+
+    trace_id: str
+    value: float
+    ts_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class HistogramValue:
-    """Cumulative histogram state: ``bucket_counts[i]`` counts observations <= ``bounds[i]``."""
+    """Cumulative histogram state: ``bucket_counts[i]`` counts observations <= ``bounds[i]``.
+
+    ``exemplars`` is empty (none kept) or holds one entry per bucket, ``len(bounds) + 1`` (the last
+    for +Inf): the bucket's latest observation with a known trace, None where it has none.
+    """
 
     bounds: tuple[float, ...]
     bucket_counts: tuple[int, ...]
     count: int
     total: float
-    exemplar_trace_id: str | None = None
-    exemplar_value: float | None = None
+    exemplars: tuple[Exemplar | None, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.exemplars and len(self.exemplars) != len(self.bounds) + 1:
+            raise ValueError(f"{len(self.exemplars)} exemplars for {len(self.bounds) + 1} buckets")
 
 
 @dataclass(frozen=True, slots=True)

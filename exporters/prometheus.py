@@ -2,7 +2,7 @@
 
 A prometheus-client custom collector renders, at scrape time, the latest analyzer snapshot and
 the agent's self-metrics, both as ``MetricPoint``s with registered definitions (so names, help
-texts and label sets are fixed in code). The iteration latency histogram carries its latest
+texts and label sets are fixed in code). Each histogram bucket carries its latest observation's
 trace ID as an exemplar (shown in OpenMetrics responses), so Grafana can jump to the trace.
 
 The server takes a Prometheus web-config file (``web_config_file``, see ``web_config.py``) for TLS and basic
@@ -32,7 +32,7 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
-from prometheus_client.samples import Exemplar
+from prometheus_client.samples import Exemplar as PromExemplar
 from pydantic import Field, PositiveFloat, PositiveInt, conint
 
 from aaco.contract.errors import AacoError
@@ -130,23 +130,15 @@ def render(points: Iterable[MetricPoint]) -> Iterator[Metric]:
             for p in pts:
                 h = p.value
                 assert isinstance(h, HistogramValue)
+                exemplars = h.exemplars or (None,) * (len(h.bounds) + 1)
+                les = [*(_le(b) for b in h.bounds), "+Inf"]
+                counts = [*(float(c) for c in h.bucket_counts), float(h.count)]
                 buckets: list[Any] = []
-                placed = False
-                for bound, count in zip(h.bounds, h.bucket_counts, strict=True):
-                    bucket: list[Any] = [_le(bound), float(count)]
-                    if (
-                        h.exemplar_trace_id
-                        and not placed
-                        and h.exemplar_value is not None
-                        and h.exemplar_value <= bound
-                    ):
-                        bucket.append(Exemplar({"trace_id": h.exemplar_trace_id}, h.exemplar_value))
-                        placed = True
+                for le, count, ex in zip(les, counts, exemplars, strict=True):
+                    bucket: list[Any] = [le, count]
+                    if ex is not None:
+                        bucket.append(PromExemplar({"trace_id": ex.trace_id}, ex.value, ex.ts_s))
                     buckets.append(bucket)
-                inf: list[Any] = ["+Inf", float(h.count)]
-                if h.exemplar_trace_id and not placed and h.exemplar_value is not None:
-                    inf.append(Exemplar({"trace_id": h.exemplar_trace_id}, h.exemplar_value))
-                buckets.append(inf)
                 fam.add_metric([p.labels[k] for k in labels], buckets, h.total)
         else:
             fam = GaugeMetricFamily(metric.prom_name, metric.description, labels=labels)

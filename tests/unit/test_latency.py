@@ -87,8 +87,10 @@ def test_exemplar_is_latest_trace_id():
     b2 = iterations(spans_ms([7]), run_id="r2")
     a.update(item("iterations", b2))
     h = a.snapshot().histograms[(NODE, "m")]
-    assert h.exemplar_trace_id == b2.column("trace_id")[0].as_py()
-    assert h.exemplar_value == pytest.approx(0.007)
+    ex = h.exemplars[LATENCY_BUCKETS.index(0.01)]  # 7 ms
+    assert ex is not None and ex.trace_id == b2.column("trace_id")[0].as_py()
+    assert ex.value == pytest.approx(0.007)
+    assert ex.ts_s == pytest.approx(b2.column("end_ns")[0].as_py() / 1e9)
 
 
 def test_exemplar_kept_when_new_iterations_have_no_trace():
@@ -97,7 +99,7 @@ def test_exemplar_kept_when_new_iterations_have_no_trace():
     a.update(item("iterations", b1))
     a.update(item("iterations", iterations(spans_ms([5]), with_ids=False)))
     h = a.snapshot().histograms[(NODE, "m")]
-    assert h.exemplar_trace_id == b1.column("trace_id")[0].as_py()
+    assert [e.trace_id for e in h.exemplars if e] == [b1.column("trace_id")[0].as_py()]
     assert h.count == 2
 
 

@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
@@ -21,8 +22,9 @@ from aaco.agent import __version__
 from aaco.agent.http import health_routes, routes
 from aaco.analyzers.kar import KarAnalyzer
 from aaco.analyzers.latency import ITERATION_LATENCY, LatencyAnalyzer
+from aaco.analyzers.stats import Histogram
 from aaco.contract.errors import AacoError
-from aaco.contract.signals import LATENCY_BUCKETS, HistogramValue, MetricPoint
+from aaco.contract.signals import LATENCY_BUCKETS, Exemplar, HistogramValue, MetricPoint
 from aaco.contract.snapshot import AnalysisSnapshot
 from aaco.contract.stats import EVENTS_DROPPED, QUEUE_DEPTH, Stats
 from aaco.exporters.base import ExportResult
@@ -59,15 +61,12 @@ def samples_of(text: str, parser=parse_text) -> dict[tuple[str, tuple[tuple[str,
 
 
 def hist(values_s: list[float], exemplar: tuple[str, float] | None) -> HistogramValue:
+    """A latency histogram of ``values_s``; ``exemplar`` (trace id, value) on the bucket its value falls in."""
     counts = tuple(sum(1 for v in values_s if v <= b) for b in LATENCY_BUCKETS)
-    return HistogramValue(
-        LATENCY_BUCKETS,
-        counts,
-        len(values_s),
-        sum(values_s),
-        exemplar[0] if exemplar else None,
-        exemplar[1] if exemplar else None,
-    )
+    exemplars: list[Exemplar | None] = [None] * (len(LATENCY_BUCKETS) + 1)
+    if exemplar:
+        exemplars[sum(1 for b in LATENCY_BUCKETS if b < exemplar[1])] = Exemplar(*exemplar)
+    return HistogramValue(LATENCY_BUCKETS, counts, len(values_s), sum(values_s), tuple(exemplars))
 
 
 def test_render_counters_and_gauges_text():
@@ -123,6 +122,32 @@ def test_openmetrics_exemplar_in_the_right_bucket():
     line = next(x for x in text.splitlines() if "trace_id" in x)
     assert 'le="0.1"' in line
     assert f'# {{trace_id="{TRACE}"}} 0.07' in line
+
+
+def test_openmetrics_an_exemplar_on_each_bucket_from_the_analyzer():
+    traces = ["a" * 32, "b" * 32, "c" * 32, "d" * 32]
+    h = Histogram(np.array(LATENCY_BUCKETS))
+    values = np.array([0.0004, 0.003, 0.07, 0.0045])  # the 5 ms bucket's latest is the 4th
+    h.add(values, np.array(traces, dtype=object), np.array([1, 2, 3, 4_000_000_000]))
+    pts = [MetricPoint(ITERATION_LATENCY, {"node": NODE, "model": "m"}, h.value())]
+    text = generate_openmetrics(registry(pts)).decode()
+    got = {
+        s.labels["le"]: s.exemplar
+        for fam in parse_openmetrics(text)
+        for s in fam.samples
+        if s.name.endswith("_bucket") and s.exemplar is not None
+    }
+    assert set(got) == {"0.0005", "0.005", "0.1"}
+    assert {le: e.labels["trace_id"] for le, e in got.items()} == {
+        "0.0005": traces[0],
+        "0.005": traces[3],
+        "0.1": traces[2],
+    }
+    assert got["0.005"].value == pytest.approx(0.0045) and float(got["0.005"].timestamp) == pytest.approx(4.0)
+    plain = samples_of(generate_latest(registry(pts)).decode())
+    lab = (("model", "m"), ("node", NODE))
+    assert plain[("aaco_iteration_latency_seconds_bucket", (("le", "0.005"), *lab))].value == 3
+    assert plain[("aaco_iteration_latency_seconds_count", lab)].value == 4
 
 
 def test_openmetrics_exemplar_on_a_bound():

@@ -1,6 +1,6 @@
 """Drift of each model's key series, streaming: a change-point detector per (node, model, series).
 
-Series (each fed in data order, one value per iteration):
+Series (each fed in data order, one value per iteration or per request):
 
 - ``latency``: iteration latency (``end_ns - start_ns``, seconds), from ``iterations`` rows, in order
   of their end;
@@ -8,7 +8,10 @@ Series (each fed in data order, one value per iteration):
   placed in the iteration (``model, run_id, iteration`` set) — a change means the graph, its
   fusion or the kernels chosen changed;
 - ``kernel_time``: the summed duration of those kernels (seconds) — with ``latency`` it tells a
-  slower GPU (kernel time moved with latency) from a slower host (it did not).
+  slower GPU (kernel time moved with latency) from a slower host (it did not);
+- ``ttft`` and ``tpot``: each served request's time to first token and time per output token
+  (seconds; ``request_series`` of ``requests`` rows), in order of the requests' end (the order
+  servers report them); a request without one (TPOT of a one-token answer) is skipped for it.
 
 An iteration's kernels can span batches, so its counts are final once kernels of an iteration two
 further in the same run arrive (kernels come in launch order); at most ``max_open_iterations`` are
@@ -17,8 +20,8 @@ never scored (a detector learns from its first 200 values before it scores any).
 
 Each change point becomes a finding (subject: the model) whose evidence holds the baseline, the new
 level, the ratio and the magnitude in baseline sigmas, the estimated change and detection positions
-with their data times, and whose trace ID is that of the iteration at which it was detected.
-Severity: latency or kernel time up — ``warning``, ``critical`` from a ratio of 1.5; kernels per
+with their data times, and whose trace ID is that of the iteration (or request) at which it was
+detected. Severity: latency, kernel time, TTFT or TPOT up — ``warning``, ``critical`` from a ratio of 1.5; kernels per
 iteration changed either way — ``warning``; a series going down (faster) — ``info``.
 
 ``aaco_drift_active`` is 1 from a change point until the detector has re-baselined on the new
@@ -45,6 +48,7 @@ from aaco.analyzers.drift import DETECTORS, ChangePoint
 from aaco.analyzers.grouping import group
 from aaco.contract.config_base import StrictModel
 from aaco.contract.schemas import EventBatch
+from aaco.contract.serving import request_series
 from aaco.contract.signals import MetricPoint, PointBuilder, define
 from aaco.contract.snapshot import Finding
 
@@ -54,7 +58,7 @@ DRIFT_ACTIVE = define(
     "gauge",
     "1",
     "1 while a series is in a changed state: from a change point until its detector re-baselined on the new "
-    "level (and at least the hold time), else 0. Series: latency, kernels_per_iteration, kernel_time.",
+    "level (and at least the hold time), else 0. Series: latency, kernels_per_iteration, kernel_time, ttft, tpot.",
     ("node", "model", "series"),
 )
 DRIFT_CHANGEPOINTS = define(
@@ -78,7 +82,11 @@ DRIFT_DROPPED = define(
 LATENCY: Final = "latency"
 KERNELS: Final = "kernels_per_iteration"
 KERNEL_TIME: Final = "kernel_time"
-UNITS: Final[dict[str, str]] = {LATENCY: "s", KERNELS: "{kernel}", KERNEL_TIME: "s"}
+TTFT: Final = "ttft"
+TPOT: Final = "tpot"
+UNITS: Final[dict[str, str]] = {LATENCY: "s", KERNELS: "{kernel}", KERNEL_TIME: "s", TTFT: "s", TPOT: "s"}
+SERIES_NAMES: Final[dict[str, str]] = {TTFT: "TTFT", TPOT: "TPOT"}  # as summaries write them
+REQUEST_SERIES: Final = ((TTFT, "ttft_s"), (TPOT, "tpot_s"))  # series, request_series field
 DROP_REASONS: Final = ("max_models", "open_iterations", "not_finite")
 _CONTEXT: Final = 128  # (position, data time, trace ID) kept per series, to place a change point in time
 
@@ -107,7 +115,7 @@ class _Track:
 
 @dataclass(frozen=True)
 class DriftSeries:
-    """One tracked series (a model's latency, kernels or kernel time per iteration) as the snapshot reports it."""
+    """One tracked series (a model's latency, kernels, kernel time, TTFT or TPOT) as the snapshot reports it."""
 
     node: str
     model: str
@@ -168,7 +176,7 @@ class DriftResult:
 
 
 class DriftSettings(StrictModel):
-    """Change points in each model's iteration latency, kernels and kernel time per iteration."""
+    """Change points in each model's iteration latency, kernels and kernel time per iteration, TTFT and TPOT."""
 
     detector: Literal["cusum", "ewma"] = Field("cusum", description="The chart (docs/drift.md).")
     detector_options: dict[str, int | float] = Field(
@@ -189,10 +197,10 @@ class DriftSettings(StrictModel):
 
 
 class DriftAnalyzer(Analyzer):
-    """Runs a ``Cusum`` (or ``Ewma``) per (node, model, series) over iterations and their kernels."""
+    """Runs a ``Cusum`` (or ``Ewma``) per (node, model, series) over iterations, their kernels and requests."""
 
     name = "drift"
-    kinds = frozenset({"iterations", "kernels"})
+    kinds = frozenset({"iterations", "kernels", "requests"})
 
     def __init__(
         self,
@@ -219,7 +227,7 @@ class DriftAnalyzer(Analyzer):
         self._dropped: dict[str, int] = dict.fromkeys(DROP_REASONS, 0)
 
     def update(self, item: EventBatch) -> None:
-        """Fold iterations (latency) or correlated kernels (per-iteration counts and time) in."""
+        """Fold iterations (latency), correlated kernels (per-iteration counts and time) or requests in."""
         b = item.batch
         if b.num_rows == 0:
             return
@@ -227,6 +235,8 @@ class DriftAnalyzer(Analyzer):
             self._iterations(b)
         elif item.kind == "kernels":
             self._kernels(b)
+        elif item.kind == "requests":
+            self._requests(b)
 
     def _iterations(self, b: pa.RecordBatch) -> None:
         start = b.column("start_ns").to_numpy()
@@ -236,6 +246,20 @@ class DriftAnalyzer(Analyzer):
         traces = b.column("trace_id").to_pylist()
         for i in np.argsort(end, kind="stable").tolist():
             self._feed(nodes[i], models[i], LATENCY, (int(end[i]) - int(start[i])) / 1e9, int(end[i]), traces[i])
+
+    def _requests(self, b: pa.RecordBatch) -> None:
+        values = request_series(b).values
+        end = b.column("end_ns").to_numpy()
+        nodes = b.column("node").to_pylist()
+        models = b.column("model").fill_null("unknown").to_pylist()
+        traces = b.column("trace_id").to_pylist()
+        order = np.argsort(end, kind="stable").tolist()
+        for series, name in REQUEST_SERIES:
+            column = values[name]
+            for i in order:
+                value = float(column[i])
+                if not math.isnan(value):
+                    self._feed(nodes[i], models[i], series, value, int(end[i]), traces[i])
 
     def _kernels(self, b: pa.RecordBatch) -> None:
         is_kernel = pc.fill_null(pc.equal(b.column("kind"), "kernel"), False).to_numpy(zero_copy_only=False)
@@ -347,7 +371,7 @@ class DriftAnalyzer(Analyzer):
         moved = "rose" if cp.direction == "up" else "fell"
         times = f" (x{ratio:.2f})" if ratio is not None else ""
         summary = (
-            f"{model}: {series.replace('_', ' ')} {moved} from {_fmt(cp.baseline, unit)} to "
+            f"{model}: {SERIES_NAMES.get(series, series.replace('_', ' '))} {moved} from {_fmt(cp.baseline, unit)} to "
             f"{_fmt(cp.new_level, unit)}{times}, {cp.magnitude:.1f} sigma"
         )
         self.emit(Finding(ts_ns, node, self.name, model, severity, confidence, summary, evidence, trace))

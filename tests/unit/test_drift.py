@@ -16,6 +16,7 @@ from aaco.analyzers.drift_analyzer import DriftAnalyzer
 from aaco.analyzers.drift_baseline import Baseline, matched_interval, siegmund_arl
 from aaco.contract.ids import trace_id
 from aaco.contract.schemas import conform
+from aaco.contract.serving import request_series
 
 from .builders import assert_points_valid, item, iterations, kernels
 
@@ -338,3 +339,72 @@ def test_unknown_detector_or_bad_options_fail_at_construction():
     with pytest.raises(ValueError):
         DriftAnalyzer(detector_options={"h": -1})
     assert DriftAnalyzer(detector="ewma").snapshot().to_dict()["detector"]["detector"] == "ewma"
+
+
+def request_batch(ttft_s: np.ndarray, tpot_s: np.ndarray, model: str = "llm", t0: int = 10**18) -> pa.RecordBatch:
+    """Requests of 65 output tokens each, a second apart, listed newest first (the analyzer orders them by end)."""
+    n = len(ttft_s)
+    out = 65
+    e2e = ttft_s + tpot_s * (out - 1)
+    ends = t0 + np.arange(n, dtype=np.int64) * 10**9 + (e2e * 1e9).astype(np.int64)
+    rows = {
+        "start_ns": ends - (e2e * 1e9).astype(np.int64),
+        "end_ns": ends,
+        "node": ["node-a"] * n,
+        "model": [model] * n,
+        "trace_id": [f"{i:032x}" for i in range(n)],
+        "span_id": [f"{i:016x}" for i in range(n)],
+        "source": ["otlp"] * n,
+        "output_tokens": [out] * n,
+        "queue_s": np.full(n, 0.001),
+        "ttft_s": ttft_s,
+        "e2e_s": e2e,
+    }
+    return conform("requests", pa.table(rows).take(pa.array(np.arange(n)[::-1])))
+
+
+def test_ttft_step_is_a_drift_finding_on_ttft_not_tpot():
+    rng = np.random.default_rng(7)
+    n = 600
+    ttft = 0.200 + 0.010 * rng.standard_normal(n)
+    ttft[300:] += 0.030  # 3 sigma up after 300 requests
+    tpot = 0.020 + 0.001 * rng.standard_normal(n)
+    b = request_batch(ttft, tpot)
+    a = DriftAnalyzer(hold_s=0.0)
+    a.update(item("requests", b))
+    (f,) = a.drain_findings()
+    ev = f.evidence
+    assert ev["series"] == "ttft" and ev["unit"] == "s" and ev["direction"] == "up" and f.subject == "llm"
+    # the new level is the median from the estimated start (a few values early: noise drifted up) to detection
+    assert ev["baseline"] == pytest.approx(0.200, rel=0.03) and 0.205 < ev["new_level"] < 0.235
+    assert 285 <= ev["change_index"] <= 305 and 300 <= ev["detected_index"] <= 320
+    assert f.trace_id == f"{ev['detected_index']:032x}" and ev["change_trace_id"] == f"{ev['change_index']:032x}"
+    assert f.summary.startswith("llm: TTFT rose from") and f.severity == "warning"
+    series = {s["series"]: s for s in a.snapshot().to_dict()["series"]}
+    assert set(series) == {"ttft", "tpot"} and series["tpot"]["values"] == n
+    assert series["ttft"]["changepoints"] == {"up": 1, "down": 0} and series["tpot"]["changepoints"]["up"] == 0
+    pts = points(a.snapshot())
+    assert (
+        pts[
+            ("aaco_drift_changepoints", (("direction", "up"), ("model", "llm"), ("node", "node-a"), ("series", "ttft")))
+        ]
+        == 1.0
+    )
+    assert_points_valid(a.snapshot().points())
+
+
+def test_steady_requests_raise_nothing_and_requests_without_a_tpot_are_skipped():
+    rng = np.random.default_rng(9)  # seed 8's TPOT has one of the ~0.5 false alarms per 10,000 values
+    n = 1200
+    ttft = 0.200 + 0.010 * rng.standard_normal(n)
+    tpot = 0.020 + 0.001 * rng.standard_normal(n)
+    b = request_batch(ttft, tpot)
+    one_token = b.set_column(b.schema.get_field_index("output_tokens"), "output_tokens", pa.array([1] * n, pa.int64()))
+    assert np.isnan(request_series(one_token).values["tpot_s"]).all()
+    a = DriftAnalyzer()
+    a.update(item("requests", b))
+    a.update(item("requests", one_token))
+    assert a.drain_findings() == []
+    series = {s["series"]: s for s in a.snapshot().to_dict()["series"]}
+    assert series["ttft"]["values"] == 2 * n and series["tpot"]["values"] == n
+    assert series["ttft"]["state"] == "monitoring" and a.snapshot().to_dict()["dropped"]["not_finite"] == 0

@@ -29,7 +29,6 @@ from pydantic import (
     PositiveInt,
     ValidationError,
     create_model,
-    model_validator,
 )
 
 from aaco.agent.admin import AdminConfig
@@ -90,17 +89,6 @@ class AgentConfig(StrictModel):
     pipeline: PipelineConfig = Field(default_factory=PipelineConfig, description="Pipeline bounds.")
     admin: AdminConfig = Field(default_factory=AdminConfig, description="Who may run admin actions (captures).")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
-
-    @model_validator(mode="after")
-    def _receiver_needs_upstream(self) -> AgentConfig:
-        upstream = (
-            self.exporters.otlp.endpoint
-            or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-            or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        )
-        if self.receivers.otlp.enabled and not upstream:
-            raise ValueError("receivers.otlp.enabled needs an upstream: set exporters.otlp.endpoint")
-        return self
 
 
 def embedded_default() -> dict[str, Any]:

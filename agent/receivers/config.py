@@ -28,7 +28,10 @@ class OtlpReceiverConfig(StrictModel):
     section: ClassVar[str] = "otlp"  # its key under receivers:
     summary: ClassVar[str] = "OTLP receiver."
 
-    enabled: bool = Field(False, description="Accept OTLP from applications on this node (needs exporters.otlp).")
+    enabled: bool = Field(
+        False,
+        description="Accept OTLP from applications on this node (forwarded to exporters.otlp when set).",
+    )
     address: str = Field("127.0.0.1", description="Bind address (the chart uses the node IP).")
     grpc_port: Port = Field(4317, description="OTLP/gRPC port (0 picks one).")  # type: ignore[valid-type]
     http_port: Port = Field(4318, description="OTLP/HTTP port (0 picks one).")  # type: ignore[valid-type]

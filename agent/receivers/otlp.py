@@ -8,7 +8,9 @@ exporter, which links application spans to the GPU iterations of the same proces
 before forwarding them, metrics and logs to their own bounded, retrying queues. LLM request spans
 (vLLM's ``llm_request`` and the GenAI conventions' names) are also read into ``requests`` rows on the
 agent's bus (``genai.py``), from which the serving analyzer keeps TTFT, TPOT and tokens; the spans
-themselves are forwarded unchanged. A plain OpenTelemetry SDK client works unchanged.
+themselves are forwarded unchanged. A plain OpenTelemetry SDK client works unchanged. A signal with
+no upstream (no sink) is still accepted and read, not forwarded: its items are counted in
+``aaco_receiver_items_rejected_total{reason="no_upstream"}`` and the start says so once.
 
 A request is admitted only while the agent's byte budget (``ByteBudget``, holder ``receiver``) has
 room for it, and its bytes are held until it is handed on; otherwise the client is told to back off
@@ -82,8 +84,9 @@ RECEIVER_ITEMS_REJECTED = define(
     "aaco_receiver_items_rejected",
     "counter",
     "{item}",
-    "Spans and log records the node's OTLP receiver dropped (never forwarded) and reported to the client as "
-    "partial success, by reason (bad_trace_id, bad_span_id, bad_parent_span_id, bad_link_id).",
+    "Spans, data points and log records the node's OTLP receiver did not forward, by reason: bad_trace_id, "
+    "bad_span_id, bad_parent_span_id, bad_link_id (dropped and reported to the client as partial success); "
+    "no_upstream (accepted and read, but no upstream is set for the signal).",
     ("signal", "reason"),
 )
 
@@ -221,13 +224,12 @@ class OtlpReceiver(Component):
             self._publish_requests(msg)  # before _enrich: a server's pod is its own, never the agent's
         self._enrich(signal, msg)
         self.stats.inc(RECEIVER_ITEMS, n, signal=signal)
-        if signal == "traces":
-            if self.traces is not None:
-                self.traces.accept_spans(msg, n, nbytes=len(payload))
-        else:
-            sender = self.senders[signal]
-            if sender is not None:
-                sender.enqueue(msg.SerializeToString(), n)
+        if signal == "traces" and self.traces is not None:
+            self.traces.accept_spans(msg, n, nbytes=len(payload))
+        elif signal != "traces" and (sender := self.senders[signal]) is not None:
+            sender.enqueue(msg.SerializeToString(), n)
+        elif n:
+            self.stats.inc(RECEIVER_ITEMS_REJECTED, n, signal=signal, reason="no_upstream")
         response = MESSAGES[signal][1]()
         if rejected:
             total = sum(rejected.values())
@@ -360,6 +362,18 @@ class OtlpReceiver(Component):
         self._http.start()
         tls = "plaintext" if cfg.tls is None else "TLS" if cfg.tls.client_ca_file is None else "mutual TLS"
         log.info("OTLP receiver on %s (%s): gRPC %d, HTTP %d", cfg.address, tls, self.grpc_port, self.http_port)
+        unsent = self.not_forwarded()
+        if unsent:
+            log.info(
+                "receiver on without upstream for %s: spans are read, nothing is forwarded "
+                '(counted in aaco_receiver_items_rejected_total{reason="no_upstream"})',
+                ", ".join(unsent),
+            )
+
+    def not_forwarded(self) -> list[str]:
+        """The signals received with no upstream to forward them to (accepted, read, counted, dropped)."""
+        sinks = {"traces": self.traces, **self.senders}
+        return [signal for signal in MESSAGES if sinks[signal] is None]
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """Stop accepting; requests in progress finish within ``timeout_s``. Idempotent, safe before start."""

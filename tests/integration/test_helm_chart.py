@@ -407,7 +407,6 @@ def test_downward_api_environment():
             {"config": {**RECEIVER_ON, "receivers": {"otlp": {"enabled": True, "address": "localhost"}}}},
             "config.receivers.otlp.address",
         ),
-        ({"config": {"receivers": {"otlp": {"enabled": True}}}}, "config.receivers.otlp.enabled needs an upstream"),
         ({"gpu": {"amd": {"devices": True}}}, "privileged: true"),
         (
             {"ebpf": {"enabled": False}, "config": {"sources": [{"type": "sched", "backend": "ebpf"}]}},

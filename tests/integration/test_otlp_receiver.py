@@ -12,6 +12,7 @@ import grpc
 import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -20,8 +21,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from aaco.agent.config import load_config
 from aaco.agent.receivers.otlp import RECEIVER_ITEMS_REJECTED, RECEIVER_REQUESTS
 from aaco.agent.service import AgentService
-from aaco.contract.errors import ConfigError
 from tests.conftest import get_free_port
+from tests.integration.helpers import read_lake
 from tests.support.otlp_receivers import GrpcReceiver
 
 pytestmark = pytest.mark.integration
@@ -155,9 +156,56 @@ def test_rate_limit_per_connection(tmp_path):
             svc.shutdown(timeout_s=10)
 
 
-def test_receiver_needs_an_upstream(tmp_path):
-    with pytest.raises(ConfigError, match="needs an upstream"):
-        load_config(None, {"receivers": {"otlp": {"enabled": True}}}, env={})
+def _post(port: int, path: str, body: bytes) -> int:
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}", data=body, headers={"Content-Type": "application/x-protobuf"}, method="POST"
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        r.read()
+        return r.status
+
+
+def test_receiver_without_upstream_reads_request_spans_and_counts_what_it_does_not_forward(tmp_path, caplog):
+    """No endpoint anywhere: spans and metrics are accepted, request spans still become rows, nothing goes out."""
+    lake = tmp_path / "lake"
+    cfg = load_config(
+        None,
+        {
+            "node": "gpu-node-1",
+            "exporters": {"prometheus": {"enabled": False}, "lake": {"path": str(lake), "flush_interval_s": 1}},
+            "receivers": {"otlp": {"enabled": True, "grpc_port": 0, "http_port": 0}},
+        },
+        env={},
+    )
+    traces = trace_service_pb2.ExportTraceServiceRequest()
+    ss = traces.resource_spans.add().scope_spans.add()
+    span = ss.spans.add(name="llm_request", trace_id=b"\x01" * 16, span_id=b"\x02" * 8, kind=2)
+    span.start_time_unix_nano, span.end_time_unix_nano = 1_790_000_000_000_000_000, 1_790_000_000_500_000_000
+    for key, value in (("gen_ai.response.model", "m"), ("gen_ai.usage.completion_tokens", 3)):
+        kv = span.attributes.add(key=key)
+        if isinstance(value, str):
+            kv.value.string_value = value
+        else:
+            kv.value.int_value = value
+    ss.spans.add(name="other", trace_id=b"\x03" * 16, span_id=b"\x04" * 8)
+    metrics = metrics_service_pb2.ExportMetricsServiceRequest()
+    gauge = metrics.resource_metrics.add().scope_metrics.add().metrics.add(name="g").gauge
+    gauge.data_points.add(as_double=1.0)
+    gauge.data_points.add(as_double=2.0)
+    svc = AgentService(cfg)
+    with caplog.at_level("INFO", logger="aaco.receivers.otlp"):
+        svc.start()
+    try:
+        rx = svc.receivers["otlp"]
+        assert _post(rx.http_port, "/v1/traces", traces.SerializeToString()) == 200
+        assert _post(rx.http_port, "/v1/metrics", metrics.SerializeToString()) == 200
+        assert svc.stats.get(RECEIVER_ITEMS_REJECTED, signal="traces", reason="no_upstream") == 2
+        assert svc.stats.get(RECEIVER_ITEMS_REJECTED, signal="metrics", reason="no_upstream") == 2
+    finally:
+        svc.shutdown(timeout_s=20)
+    assert "receiver on without upstream for traces, metrics, logs" in caplog.text
+    rows = read_lake(lake, "requests")
+    assert rows.column("model").to_pylist() == ["m"] and rows.column("output_tokens").to_pylist() == [3]
 
 
 def test_children_mode_moves_iterations_under_the_request(tmp_path):

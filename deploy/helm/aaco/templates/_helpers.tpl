@@ -155,17 +155,6 @@ Refuse values that would deploy an agent that cannot work, each with the reason.
 {{- if and $otlp.enabled (or (not $otlp.address) (hasPrefix "127." (toString $otlp.address)) (eq (toString $otlp.address) "localhost") (eq (toString $otlp.address) "::1")) }}
 {{- fail (printf "config.receivers.otlp.address is %v: applications reach the receiver through the pod IP; use 0.0.0.0 (or ::)" ($otlp.address | default "unset (the agent's default 127.0.0.1)")) }}
 {{- end }}
-{{- if $otlp.enabled }}
-{{- $upstream := (($exporters.otlp) | default dict).endpoint }}
-{{- range .Values.extraEnv }}
-{{- if has .name (list "OTEL_EXPORTER_OTLP_ENDPOINT" "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") }}
-{{- $upstream = true }}
-{{- end }}
-{{- end }}
-{{- if not $upstream }}
-{{- fail "config.receivers.otlp.enabled needs an upstream: the agent forwards what it receives; set config.exporters.otlp.endpoint (or OTEL_EXPORTER_OTLP_ENDPOINT in extraEnv)" }}
-{{- end }}
-{{- end }}
 {{- $lake := $exporters.lake | default dict }}
 {{- if or (not (hasKey $lake "enabled")) $lake.enabled }}
 {{- $path := toString ($lake.path | default "aaco-data") }}

@@ -3,9 +3,10 @@
 The SDK's MeterProvider is the right tool here (volume is a few hundred series every interval, not
 kernels by the million): each registered ``MetricDef`` becomes an observable gauge or counter whose
 callback reads the latest analyzer snapshot and self-metrics, under its OpenTelemetry name and
-UCUM unit; iteration latency is recorded per iteration into an SDK histogram with AACO's bucket
-boundaries. Resource attributes are the agent's (``service.name=aaco-agent``, ``host.name``,
-``k8s.*``). Label keys map to attribute names by the semantic conventions where they exist:
+UCUM unit; iteration latency and the LLM serving histograms (GenAI names) are recorded per event
+into SDK histograms, with the trace of each as exemplar (``otlp_histograms.py``). Resource attributes
+are the agent's (``service.name=aaco-agent``, ``host.name``, ``k8s.*``). Label keys map to attribute
+names by the semantic conventions where they exist:
 
 ``node`` -> (the resource's ``host.name``), ``gpu`` -> ``hw.id``, ``model`` -> ``aaco.model``,
 ``pod`` / ``namespace`` / ``container`` -> ``k8s.pod.name`` / ``k8s.namespace.name`` /
@@ -40,15 +41,16 @@ from opentelemetry.sdk.metrics.export import (
     MetricsData,
     PeriodicExportingMetricReader,
 )
-from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
 
 from aaco.contract.schemas import EventBatch
-from aaco.contract.signals import LATENCY_BUCKETS, MetricDef, MetricPoint
+from aaco.contract.serving import request_series
+from aaco.contract.signals import MetricDef, MetricPoint
 from aaco.contract.snapshot import AnalysisSnapshot
 from aaco.contract.stats import EVENTS_DROPPED, EVENTS_EMITTED, EXPORT_ERRORS, Stats
 from aaco.exporters.base import Exporter, ExportResult
 from aaco.exporters.context import ExporterContext
+from aaco.exporters.otlp_histograms import EventHistograms, views
 from aaco.exporters.otlp_settings import OtlpConfig, OtlpTarget, resolve, resource_attributes
 
 log = logging.getLogger("aaco.exporters.otlp_metrics")
@@ -62,7 +64,6 @@ LABELS = {
     "sensor": "hw.sensor_location",
     "error_type": "error.type",
 }
-LATENCY_METRIC = "aaco.iteration.duration"
 COMPONENT = "exporter:otlp_metrics"
 
 
@@ -212,14 +213,11 @@ class OtlpMetricsExporter(Exporter):
             return
         self._exporter = CountedExporter(self._sdk_exporter or make_exporter(self.target), self.stats)
         reader = PeriodicExportingMetricReader(self._exporter, export_interval_millis=int(self._interval_s * 1000))
-        view = View(instrument_name=LATENCY_METRIC, aggregation=ExplicitBucketHistogramAggregation(LATENCY_BUCKETS))
         self._provider = MeterProvider(  # shut down by the agent within its deadline, not again at exit
-            resource=self._resource, metric_readers=[reader], views=[view], shutdown_on_exit=False
+            resource=self._resource, metric_readers=[reader], views=views(), shutdown_on_exit=False
         )
         self._meter = self._provider.get_meter("aaco")
-        self._latency = self._meter.create_histogram(
-            LATENCY_METRIC, unit="s", description="Iteration (inference request, training step) latency."
-        )
+        self._histograms = EventHistograms(self._meter)
         log.info("OTLP metrics to %s (%s) every %.0fs", self.target.url, self.target.protocol, self._interval_s)
 
     def _callback(self, metric: MetricDef):
@@ -240,12 +238,13 @@ class OtlpMetricsExporter(Exporter):
         make(metric.otel_name, callbacks=[self._callback(metric)], unit=metric.unit, description=metric.description)
 
     def export(self, batch: EventBatch) -> ExportResult:
-        """Record the latency of each iteration into the histogram."""
-        if self._provider is None or batch.kind != "iterations" or batch.rows == 0:
+        """Record each iteration's latency, or each request's serving values and tokens, into the histograms."""
+        if self._provider is None or batch.rows == 0:
             return ExportResult.SUCCESS
-        cols = batch.batch.select(["start_ns", "end_ns", "model"]).to_pydict()
-        for start, end, model in zip(cols["start_ns"], cols["end_ns"], cols["model"], strict=True):
-            self._latency.record((end - start) / 1e9, {"aaco.model": model or "unknown"})
+        if batch.kind == "iterations":
+            self._histograms.iterations(batch.batch)
+        elif batch.kind == "requests":
+            self._histograms.requests(batch.batch, request_series(batch.batch).values)
         return ExportResult.SUCCESS
 
     def export_snapshot(self, snapshot: AnalysisSnapshot) -> ExportResult:

@@ -22,6 +22,7 @@ from aaco.analyzers import (
     launch,
     sched,
     serving,
+    serving_phases,
     telemetry,
     throttle,
 )
@@ -38,6 +39,7 @@ ANALYZERS.register("kar", kar.KarSettings, kar.create)
 ANALYZERS.register("launch", launch.LaunchSettings, launch.create)
 ANALYZERS.register("activity", activity.ActivitySettings, activity.create)
 ANALYZERS.register("families", families.FamiliesSettings, families.create)
+ANALYZERS.register("serving_phases", serving_phases.ServingPhasesSettings, serving_phases.create)
 ANALYZERS.register("telemetry", telemetry.TelemetrySettings, telemetry.create)
 ANALYZERS.register("sched", sched.SchedSettings, sched.create)
 ANALYZERS.register("drift", drift_analyzer.DriftSettings, drift_analyzer.create)

@@ -16,6 +16,7 @@ ORDER = [
     "launch",
     "activity",
     "families",
+    "serving_phases",
     "telemetry",
     "sched",
     "drift",

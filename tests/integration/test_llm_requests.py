@@ -4,7 +4,9 @@ Two servers (one model each, in their own pod) send 60 ``llm_request`` SERVER sp
 known latencies and token counts. On ``/metrics`` every serving histogram's count and sum, the
 token counters, the finish-reason and skip counters equal what was sent (time per output token as
 ``(e2e - ttft) / (output tokens - 1)``, one-token requests left out and counted); every span reaches
-the upstream OTLP receiver as sent, and the lake holds one ``requests`` row per span.
+the upstream OTLP receiver as sent, and so do the OTLP metrics: per model, the count and sum of
+``gen_ai.server.time_to_first_token`` and exemplars carrying sent trace ids. The lake holds one
+``requests`` row per span.
 """
 
 from __future__ import annotations
@@ -102,6 +104,23 @@ def expected(model_index: int) -> dict[str, tuple[int, float]]:
     return {name: (len(v), float(sum(v))) for name, v in series.items()}
 
 
+def otlp_points(requests, name: str) -> list:
+    """The data points of metric ``name`` over every OTLP export request, in order."""
+    return [
+        p
+        for req in requests
+        for rm in req.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == name
+        for p in m.histogram.data_points
+    ]
+
+
+def attrs(point) -> dict[str, str]:
+    return {kv.key: kv.value.string_value for kv in point.attributes}
+
+
 def test_vllm_request_spans_become_serving_metrics_and_reach_upstream(tmp_path, aaco_bin):
     prom, grpc_port, http_port = get_free_port(), get_free_port(), get_free_port()
     lake = tmp_path / "lake"
@@ -115,7 +134,11 @@ def test_vllm_request_spans_become_serving_metrics_and_reach_upstream(tmp_path, 
                     "exporters": {
                         "prometheus": {"port": prom},
                         "lake": {"path": str(lake), "flush_interval_s": 1},
-                        "otlp": {"endpoint": f"http://127.0.0.1:{upstream.port}", "trace_window_s": 0.5},
+                        "otlp": {
+                            "endpoint": f"http://127.0.0.1:{upstream.port}",
+                            "trace_window_s": 0.5,
+                            "metrics_interval_s": 1,
+                        },
                     },
                     "receivers": {"otlp": {"enabled": True, "grpc_port": grpc_port, "http_port": http_port}},
                     "pipeline": {"snapshot_interval_s": 1},
@@ -158,9 +181,17 @@ def test_vllm_request_spans_become_serving_metrics_and_reach_upstream(tmp_path, 
             if proc.poll() is None:
                 proc.kill()
         forwarded = [s for _, s in upstream.got.spans() if s.name == "llm_request"]
+        ttft_points = otlp_points(upstream.got.metric_requests, "gen_ai.server.time_to_first_token")
     assert len(forwarded) == 2 * PER_MODEL
     keys = {kv.key for kv in forwarded[0].attributes}
     assert {"gen_ai.response.model", "gen_ai.latency.e2e", "gen_ai.usage.completion_tokens"} <= keys
+    sent_traces = {s.trace_id for s in forwarded}
+    for k, (model, pod) in enumerate(MODELS.items()):
+        want = {"gen_ai.response.model": model, "k8s.namespace.name": "serving", "k8s.pod.name": pod}
+        mine = [p for p in ttft_points if attrs(p) == want]
+        count, total = expected(k)["aaco_llm_time_to_first_token_seconds"]
+        assert mine[-1].count == count and mine[-1].sum == pytest.approx(total, rel=1e-9), model  # cumulative
+        assert {e.trace_id for p in mine for e in p.exemplars} & sent_traces, model
     rows = read_lake(lake, "requests")
     assert rows.num_rows == 2 * PER_MODEL
     assert sorted(set(rows.column("pod").to_pylist())) == sorted(MODELS.values())

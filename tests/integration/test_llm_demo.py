@@ -1,10 +1,14 @@
 """The demo's LLM requests: vLLM-shaped spans from the ``llm_requests`` source reach a real upstream through the
-agent's own receiver, and each is linked both ways to the ONNX Runtime iterations that ran while it was in flight."""
+agent's own receiver, each is linked both ways to the ONNX Runtime iterations that ran while it was in flight, and
+the serving_phases analyzer's prefill and decode time per model equals the kernels in the requests' windows,
+computed here from the lake's rows."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from collections import defaultdict
 
 import pytest
 
@@ -12,6 +16,7 @@ from aaco.agent.config import load_config
 from aaco.agent.service import AgentService
 from aaco.agent.sources.ort.llm_requests import plan_requests
 from tests.conftest import get_free_port
+from tests.integration.helpers import read_lake
 from tests.support.otlp_receivers import GrpcReceiver
 
 pytestmark = pytest.mark.integration
@@ -66,12 +71,12 @@ def run_demo(tmp_path, protocol: str):
             time.sleep(0.05)
         assert svc.sources_done(), "the llm_requests source did not finish its two cycles"
         svc.shutdown(timeout_s=20)
-        return upstream.got.spans()
+        return upstream.got.spans(), tmp_path / "lake"
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_request_spans_reach_upstream_shaped_as_vllm_and_linked_both_ways(tmp_path, protocol):
-    spans = run_demo(tmp_path, protocol)
+    spans, lake = run_demo(tmp_path, protocol)
     requests = [(r, s) for r, s in spans if s.name == "llm_request"]
     iterations = [s for _r, s in spans if s.name == "model_run"]
     assert len(requests) == 10  # 2 cycles x 5, every one finished and forwarded
@@ -117,3 +122,43 @@ def test_request_spans_reach_upstream_shaped_as_vllm_and_linked_both_ways(tmp_pa
 
     models = {attrs(it).get("aaco.model") for it in iterations}
     assert {"demo-llm-a", "demo-llm-b"} <= models
+
+    check_phases(lake)
+
+
+def phase_times(kernels: list[dict], requests: list[dict]) -> dict[str, list[int]]:
+    """GPU ns in [prefill, decode] per model, kernel by kernel: placed by launch (else start) time in the windows
+    of the requests of its (node, pid); prefill [start + queue, + prefill], decode from there [, + decode]."""
+    windows = defaultdict(list)
+    for r in requests:
+        lo = r["start_ns"] + round(r["queue_s"] * 1e9)
+        hi = lo + round(r["prefill_s"] * 1e9)
+        windows[(r["node"], r["pid"])].append((r["model"], (lo, hi), (hi, hi + round(r["decode_s"] * 1e9))))
+    out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for k in kernels:
+        t = k["start_ns"] if k["launch_start_ns"] is None else k["launch_start_ns"]
+        for phase in (0, 1):
+            model = next(
+                (w[0] for w in windows[(k["node"], k["pid"])] if w[1 + phase][0] <= t <= w[1 + phase][1]), None
+            )
+            if model is not None:
+                out[model][phase] += k["end_ns"] - k["start_ns"]
+                break
+    return dict(out)
+
+
+def check_phases(lake) -> None:
+    cols = ["node", "pid", "start_ns", "end_ns", "launch_start_ns"]
+    kernels = read_lake(lake, "kernels").select(cols).to_pylist()
+    requests = (
+        read_lake(lake, "requests")
+        .select(["node", "pid", "model", "start_ns", "queue_s", "prefill_s", "decode_s"])
+        .to_pylist()
+    )
+    assert len(requests) == 10 and {r["pid"] for r in requests} == {os.getpid()}
+    expected = phase_times(kernels, requests)
+    groups = json.loads((lake / "analysis.json").read_text())["serving_phases"]["groups"]
+    got = {g["model"]: [round(g["prefill_s"] * 1e9), round(g["decode_s"] * 1e9)] for g in groups}
+    assert got == expected
+    assert set(got) == {"demo-llm-a", "demo-llm-b"} and all(p > 0 and d > 0 for p, d in got.values())
+    assert {g["model"]: g["requests"] for g in groups} == {"demo-llm-a": 5, "demo-llm-b": 5}

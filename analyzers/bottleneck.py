@@ -1,4 +1,4 @@
-"""Bottleneck class per model: launch-bound, CPU-bound, memory-bound, compute-bound, throttled or unknown.
+"""Bottleneck class per model: launch-bound, CPU-bound, memory-bound, compute-bound, queue-bound, throttled, unknown.
 
 A ``DerivedAnalyzer``: at each snapshot it gathers, for every (node, model), the signals the other
 analyzers measured — launch (microkernel share, launch rate, mean kernel time, CPU time in launch
@@ -10,12 +10,15 @@ the model's processes) and throttle (latency impact of throttle episodes, when t
 — and classifies them with the rules of ``bottleneck_rules`` (``docs/bottleneck_taxonomy.md``).
 
 What the other results do not say — which capture windows, GPUs and processes belong to a model —
-it folds in from the kernels and iterations itself (bounded sets per model). A missing input
-lowers confidence rather than breaking anything.
+it folds in from the kernels and iterations itself (bounded sets per model). From served LLM
+``requests`` (joined on node and model name) it folds the model's serving load over the last
+``request_window_s`` of request end times: the queue share (queue time over request duration), the
+mean queue time, output tokens per second and per GPU of the model (``ServingLoad``). A missing
+input lowers confidence rather than breaking anything.
 
 When a model's class changes (or is first known) with enough confidence it emits a finding with
 the evidence. Metrics: ``aaco_bottleneck_class{node,model,class}`` (1 for the current class, 0 for
-the others: a fixed label set of six classes) and ``aaco_bottleneck_confidence{node,model}``.
+the others: a fixed label set of seven classes) and ``aaco_bottleneck_confidence{node,model}``.
 """
 
 from __future__ import annotations
@@ -26,10 +29,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import Field, PositiveInt
+from pydantic import Field, PositiveFloat, PositiveInt
 
 from aaco.analyzers.base import AgentHints, DerivedAnalyzer, ratio
+from aaco.analyzers.bottleneck_load import BINS, LoadBins, ServingLoad, request_sums
 from aaco.analyzers.bottleneck_rules import CLASSES, UNKNOWN, Classification, classify
 from aaco.analyzers.grouping import group
 from aaco.contract import telemetry as tm
@@ -44,7 +49,7 @@ BOTTLENECK_CLASS = define(
     "gauge",
     "1",
     "1 for a model's current bottleneck class (launch-bound, CPU-bound, memory-bound, compute-bound, "
-    "throttled, unknown), 0 for the others (see docs/bottleneck_taxonomy.md).",
+    "queue-bound, throttled, unknown), 0 for the others (see docs/bottleneck_taxonomy.md).",
     ("node", "model", "class"),
 )
 BOTTLENECK_CONFIDENCE = define(
@@ -71,6 +76,7 @@ class _Model:
     devices: OrderedDict[str, None] = field(default_factory=OrderedDict)
     pids: OrderedDict[int, None] = field(default_factory=OrderedDict)
     last_ts: int = 0
+    load: LoadBins = field(default_factory=LoadBins)  # served requests
 
 
 def _remember(d: OrderedDict[Any, None], key: Any, cap: int) -> None:
@@ -82,19 +88,25 @@ def _remember(d: OrderedDict[Any, None], key: Any, cap: int) -> None:
 
 @dataclass(frozen=True)
 class BottleneckResult:
-    """The classification of every (node, model)."""
+    """The classification of every (node, model), and the serving load of those that serve requests."""
 
     models: Mapping[tuple[str, str], Classification]
+    serving: Mapping[tuple[str, str], ServingLoad] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"classes": [...], "models": {model: {...}}}``; with several nodes the key is ``node/model``."""
+        """``{"classes": [...], "models": {model: {...}}}``; with several nodes the key is ``node/model``.
+
+        A model that serves requests has its ``serving`` load beside its classification.
+        """
         nodes = {n for n, _ in self.models}
-        return {
-            "classes": list(CLASSES),
-            "models": {
-                (m if len(nodes) <= 1 else f"{n}/{m}"): c.to_dict() for (n, m), c in sorted(self.models.items())
-            },
-        }
+        out: dict[str, Any] = {}
+        for (n, m), c in sorted(self.models.items()):
+            doc = c.to_dict()
+            load = self.serving.get((n, m))
+            if load is not None:
+                doc["serving"] = load.to_dict()
+            out[m if len(nodes) <= 1 else f"{n}/{m}"] = doc
+        return {"classes": list(CLASSES), "models": out}
 
     def points(self) -> list[MetricPoint]:
         """The class indicator (every class, 1 for the current one) and the confidence per model."""
@@ -118,6 +130,9 @@ class BottleneckSettings(StrictModel):
     max_windows: PositiveInt = Field(256, description="Capture windows remembered per model.")
     max_devices: PositiveInt = Field(64, description="GPUs remembered per model.")
     max_pids: PositiveInt = Field(64, description="Processes remembered per model.")
+    request_window_s: PositiveFloat = Field(
+        300.0, description="Served requests' queue share and tokens/s are taken over this much data time."
+    )
     min_finding_confidence: float = Field(
         0.4, ge=0.0, le=1.0, description="A class change is reported from this confidence on."
     )
@@ -127,7 +142,7 @@ class BottleneckAnalyzer(DerivedAnalyzer):
     """Classifies each model's bottleneck from the other analyzers' results (see module doc)."""
 
     name = "bottleneck"
-    kinds = frozenset({"kernels", "iterations"})
+    kinds = frozenset({"kernels", "iterations", "requests"})
 
     def __init__(
         self,
@@ -136,12 +151,14 @@ class BottleneckAnalyzer(DerivedAnalyzer):
         max_devices: int = 64,
         max_pids: int = 64,
         min_finding_confidence: float = 0.4,
+        request_window_s: float = 300.0,
     ) -> None:
         self.max_models = max_models
         self.max_windows = max_windows
         self.max_devices = max_devices
         self.max_pids = max_pids
         self.min_finding_confidence = min_finding_confidence
+        self.bin_ns = max(1, int(request_window_s * 1e9) // BINS)
         self._models: dict[tuple[str, str], _Model] = {}
         self._reported: dict[tuple[str, str], str] = {}
         self.models_dropped = 0
@@ -158,12 +175,15 @@ class BottleneckAnalyzer(DerivedAnalyzer):
         return m
 
     def update(self, item: EventBatch) -> None:
-        """Fold the model's capture windows, GPUs and processes in (from kernels and iterations)."""
+        """Fold a model's capture windows, GPUs and processes (kernels, iterations) or its load (requests) in."""
         b = item.batch
         if b.num_rows == 0:
             return
         model = pc.fill_null(b.column("model"), UNKNOWN)
         ends = b.column("end_ns").to_numpy()
+        if item.kind == "requests":
+            self._requests(b, model)
+            return
         if item.kind == "iterations":
             groups = group(b.column("node"), model, b.column("pid"))
             last = groups.maxs(ends)
@@ -188,6 +208,20 @@ class BottleneckAnalyzer(DerivedAnalyzer):
                 _remember(m.pids, int(pid), self.max_pids)
             m.last_ts = max(m.last_ts, int(last[i]))
 
+    def _requests(self, b: pa.RecordBatch, model: pa.Array) -> None:
+        """Sum the requests per (node, model, bin of end time) into the model's load."""
+        keys, sums = request_sums(b, model, self.bin_ns)
+        for g, (node, name, index) in enumerate(keys):
+            m = self._model((node, name))
+            if m is not None:
+                m.load.add(int(index), sums[g])
+                m.last_ts = max(m.last_ts, m.load.last_end_ns)
+
+    def serving_load(self, key: tuple[str, str]) -> ServingLoad | None:
+        """The model's serving load over the request window; None when it served no request there."""
+        m = self._models.get(key)
+        return None if m is None else m.load.load(len(m.devices))
+
     # -- concluding ---------------------------------------------------------------------------------
 
     def derive(self, results: Mapping[str, AnalyzerResult]) -> BottleneckResult:
@@ -196,14 +230,18 @@ class BottleneckAnalyzer(DerivedAnalyzer):
         for name in ("launch", "latency"):
             keys.update(dict.fromkeys(_keyed(results.get(name))))
         out: dict[tuple[str, str], Classification] = {}
+        serving: dict[tuple[str, str], ServingLoad] = {}
         for key in list(keys)[: self.max_models]:
-            signals = self.signals(key, results)
+            load = self.serving_load(key)
+            if load is not None:
+                serving[key] = load
+            signals = self.signals(key, results, load)
             c = classify(signals)
             out[key] = c
-            self._report(key, c)
-        return BottleneckResult(out)
+            self._report(key, c, load)
+        return BottleneckResult(out, serving)
 
-    def _report(self, key: tuple[str, str], c: Classification) -> None:
+    def _report(self, key: tuple[str, str], c: Classification, load: ServingLoad | None) -> None:
         """A finding when the class differs from the last reported one (with enough confidence)."""
         if c.bottleneck_class == UNKNOWN or c.confidence < self.min_finding_confidence:
             return
@@ -232,14 +270,19 @@ class BottleneckAnalyzer(DerivedAnalyzer):
                     "previous_class": before,
                     "top_evidence": [dict(e) for e in c.top_evidence],
                     "scores": dict(c.scores),
+                    **({"serving": load.to_dict()} if load is not None else {}),
                 },
             )
         )
 
-    def signals(self, key: tuple[str, str], results: Mapping[str, AnalyzerResult]) -> dict[str, float | None]:
+    def signals(
+        self, key: tuple[str, str], results: Mapping[str, AnalyzerResult], load: ServingLoad | None = None
+    ) -> dict[str, float | None]:
         """Every signal of the taxonomy for one (node, model); None where the inputs do not tell."""
         m = self._models.get(key) or _Model()
         s: dict[str, float | None] = {}
+        if load is not None:
+            s["queue_share"] = load.queue_share
         launch = getattr(results.get("launch"), "groups", {}).get(key)
         if launch is not None:
             s["microkernel_pct"] = launch.microkernel_pct
@@ -379,4 +422,5 @@ def create(s: BottleneckSettings, hints: AgentHints, max_models: int) -> Bottlen
         max_devices=s.max_devices,
         max_pids=s.max_pids,
         min_finding_confidence=s.min_finding_confidence,
+        request_window_s=s.request_window_s,
     )

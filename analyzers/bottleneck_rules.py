@@ -1,13 +1,14 @@
 """The bottleneck taxonomy as data, and the pure classifier that applies it to a set of signals.
 
-Each class (``launch-bound``, ``CPU-bound``, ``memory-bound``, ``compute-bound``, ``throttled``)
-has weighted signals; a signal's value maps to a match score in [0, 1] by a linear ramp between
+Each class (``launch-bound``, ``CPU-bound``, ``memory-bound``, ``compute-bound``, ``queue-bound``,
+``throttled``) has weighted signals; a signal's value maps to a match score in [0, 1] by a linear ramp between
 two thresholds (``low`` scores 0, ``high`` scores 1; ``low > high`` ramps downwards). A class's
 score is the weighted mean of its signals' match scores, times its gates (ramps that must hold for
 the class to apply at all: a device that is idle is not memory- or compute-bound). A signal the
 inputs do not provide (no telemetry, no scheduler data) scores ``MISSING_SCORE`` (no information
-either way) and lowers the class's coverage; a class with less coverage than ``MIN_COVERAGE`` is
-not a candidate. The best candidate wins when its score reaches ``MIN_SCORE``, else the answer is
+either way) and lowers the class's coverage; a class with less coverage than ``MIN_COVERAGE``, or
+without a signal it requires (queue-bound: the requests' queue share and the device's idle share),
+is not a candidate. The best candidate wins when its score reaches ``MIN_SCORE``, else the answer is
 ``unknown``. Confidence grows with the winner's score, its coverage and its margin over the
 runner-up. ``docs/bottleneck_taxonomy.md`` gives every threshold and weight with its reason.
 """
@@ -38,17 +39,19 @@ class Ramp:
 
 @dataclass(frozen=True)
 class Rule:
-    """One class: weighted signals (weights sum to 1) and gates (multiplicative ramps)."""
+    """One class: weighted signals (weights sum to 1), gates (multiplicative ramps), required signals."""
 
     cls: str
     signals: tuple[Ramp, ...]
     gates: tuple[Ramp, ...] = ()
+    requires: tuple[str, ...] = ()  # signals without which the class is not a candidate
 
 
 LAUNCH_BOUND: Final = "launch-bound"
 CPU_BOUND: Final = "CPU-bound"
 MEMORY_BOUND: Final = "memory-bound"
 COMPUTE_BOUND: Final = "compute-bound"
+QUEUE_BOUND: Final = "queue-bound"
 THROTTLED: Final = "throttled"
 UNKNOWN: Final = "unknown"
 
@@ -92,6 +95,13 @@ RULES: Final[tuple[Rule, ...]] = (
         ),
         # a device far below its compute clock under load is held back by power or heat, not by its work
         gates=(Ramp("gpu_active_ratio", 1.0, 0.30, 0.60), Ramp("clock_drop_under_load", 1.0, 0.25, 0.05)),
+    ),
+    Rule(
+        QUEUE_BOUND,
+        (Ramp("queue_share", 0.60, 0.20, 0.50), Ramp("gpu_idle_ratio", 0.40, 0.30, 0.70)),
+        # requests that wait while the device is busy wait for the device (saturated, not queue-bound)
+        gates=(Ramp("gpu_idle_ratio", 1.0, 0.20, 0.50), Ramp("queue_share", 1.0, 0.10, 0.30)),
+        requires=("queue_share", "gpu_idle_ratio"),
     ),
     Rule(
         CPU_BOUND,
@@ -172,7 +182,11 @@ def score_rule(rule: Rule, signals: Mapping[str, float | None]) -> tuple[float, 
 def classify(signals: Mapping[str, float | None], rules: tuple[Rule, ...] = RULES) -> Classification:
     """Apply ``rules`` to ``signals`` (name -> value; None or absent when unknown)."""
     scored = {r.cls: score_rule(r, signals) for r in rules}
-    candidates = [c for c in (r.cls for r in rules) if scored[c][1] >= MIN_COVERAGE]
+    candidates = [
+        r.cls
+        for r in rules
+        if scored[r.cls][1] >= MIN_COVERAGE and all(_present(signals, name) is not None for name in r.requires)
+    ]
     # a class without enough evidence has no score: its value would be mostly the missing-signal prior
     scores = {c: (round(s, 4) if c in candidates else None) for c, (s, _, _) in scored.items()}
     coverage = {c: round(cov, 4) for c, (_, cov, _) in scored.items()}
@@ -219,6 +233,8 @@ def markdown_rules(rules: tuple[Rule, ...] = RULES) -> str:
             lines.append(f"| {r.cls} | `{g.signal}` | {g.weight:g} | {g.low:g} | {g.high:g} |")
         for g in r.gates:
             lines.append(f"| {r.cls} | gate: `{g.signal}` | x | {g.low:g} | {g.high:g} |")
+        if r.requires:
+            lines.append(f"| {r.cls} | requires: {', '.join(f'`{n}`' for n in r.requires)} | | | |")
     lines += [
         "",
         f"Missing signal score {MISSING_SCORE:g}; minimum coverage {MIN_COVERAGE:g}; minimum score "

@@ -243,7 +243,8 @@ def spec(traces_plugin: str) -> Spec:
         timeline(
             "Bottleneck class over time",
             "The bottleneck class of each model (launch-bound, CPU-bound, memory-bound, compute-bound, "
-            "throttled, unknown) from the bottleneck analyzer, as it changed (docs/bottleneck_taxonomy.md).",
+            "queue-bound, throttled, unknown) from the bottleneck analyzer, as it changed "
+            "(docs/bottleneck_taxonomy.md).",
             [Q(f"max by (model, class) (aaco_bottleneck_class{{{WORKLOAD}}}) == 1", "{{model}}: {{class}}")],
             {"1": ("current class", "purple")},
         ),

@@ -364,3 +364,98 @@ def test_models_are_bounded():
     for m in ("a", "b", "c"):
         bn.update(EventBatch("iterations", iterations(1, MS, model=m), "test"))
     assert len(bn.derive({}).models) == 2 and bn.models_dropped == 1
+
+
+def requests(
+    n: int, queue_share: float, e2e_s: float = 1.0, every_s: float = 0.2, model: str = MODEL
+) -> pa.RecordBatch:
+    """``n`` served requests of ``e2e_s``, ending ``every_s`` apart, each queued ``queue_share`` of its
+    time and answering 100 tokens."""
+    ends = [T0 + int((e2e_s + i * every_s) * 1e9) for i in range(n)]
+    return conform(
+        "requests",
+        {
+            "start_ns": pa.array([e - int(e2e_s * 1e9) for e in ends], pa.int64()),
+            "end_ns": pa.array(ends, pa.int64()),
+            "node": [NODE] * n,
+            "model": [model] * n,
+            "trace_id": [f"{i:032x}" for i in range(n)],
+            "span_id": [f"{i:016x}" for i in range(n)],
+            "source": ["otlp"] * n,
+            "output_tokens": pa.array([100] * n, pa.int64()),
+            "queue_s": [queue_share * e2e_s] * n,
+            "ttft_s": [queue_share * e2e_s + 0.05] * n,
+            "e2e_s": [e2e_s] * n,
+        },
+    )
+
+
+def mostly_idle() -> list[tuple[str, pa.RecordBatch]]:
+    """20 iterations of 10 ms, each three GEMM kernels of 1 ms, 3.5 ms apart: the device is busy 60 ms
+    of the 198 ms from the first kernel to the last, idle 70 %, with long kernels (no launch tax)."""
+    n_it, per = 20, 3
+    it = np.repeat(np.arange(n_it), per)
+    starts = T0 + it * 10 * MS + np.tile(np.arange(per) * 3500 * US, n_it)
+    return [
+        ("iterations", iterations(n_it, 10 * MS)),
+        ("kernels", kernels(starts, np.full(it.size, MS), [GEMM] * it.size, ["kernel"] * it.size, it)),
+    ]
+
+
+def test_queue_bound_when_requests_wait_while_the_gpu_idles():
+    """The server's requests spend 60 % of their time in its queue while the model's GPU idles 70 %:
+    they wait for something other than the GPU (the scheduler, a batch limit, a CPU). Queue-bound,
+    with the serving load as evidence: 50 requests of 100 tokens ending over 9.8 s on one GPU."""
+    c = classify(*mostly_idle(), ("requests", requests(50, queue_share=0.6)))
+    assert c["signals"]["gpu_idle_ratio"] == pytest.approx(1 - 60 / 198)
+    assert c["signals"]["queue_share"] == pytest.approx(0.6)
+    assert c["bottleneck_class"] == "queue-bound" and c["confidence"] >= 0.8
+    assert [e["signal"] for e in c["top_evidence"]] == ["queue_share", "gpu_idle_ratio"]
+    load = c["serving"]
+    assert load["requests"] == 50 and load["gpus"] == 1
+    assert load["queue_share"] == pytest.approx(0.6) and load["mean_queue_s"] == pytest.approx(0.6)
+    assert load["output_tokens_per_s"] == pytest.approx(5000 / 9.8)
+    assert load["output_tokens_per_s_per_gpu"] == pytest.approx(5000 / 9.8)
+    # without the requests the same GPU trace is what it was before: the idle GPU waits on the host
+    before = classify(*mostly_idle())
+    assert before["bottleneck_class"] == "CPU-bound" and "serving" not in before
+    assert before["scores"]["queue-bound"] is None and "queue_share" in before["missing_signals"]
+
+
+def test_requests_queued_behind_a_busy_gpu_are_not_queue_bound():
+    """The same queue share on a GPU busy 95 % of the time: the requests wait for the device itself,
+    which is saturated with GEMMs. Compute-bound; queue-bound gated off."""
+    c = classify(*compute_bound(), ("requests", requests(50, queue_share=0.6)))
+    assert c["bottleneck_class"] == "compute-bound"
+    assert c["scores"]["queue-bound"] == 0.0 and c["serving"]["queue_share"] == pytest.approx(0.6)
+
+
+def test_a_queue_bound_finding_carries_the_serving_load():
+    bn = BottleneckAnalyzer()
+    stats = Stats()
+    analyzers = [a for a in build_analyzers(AgentConfig(node=NODE)) if a.name != "bottleneck"]
+    p = Pipeline(Bus(stats), Correlator(stats), analyzers, [], stats, NODE)
+    for kind, b in (*mostly_idle(), ("requests", requests(50, queue_share=0.6))):
+        p.dispatch(EventBatch(kind, b, "test"))
+        bn.update(EventBatch(kind, b, "test"))
+    assert bn.derive(p.snapshot().results).models[(NODE, MODEL)].bottleneck_class == "queue-bound"
+    (f,) = bn.drain_findings()
+    assert f.evidence["bottleneck_class"] == "queue-bound" and f.ts_ns == T0 + int((1.0 + 49 * 0.2) * 1e9)
+    assert f.evidence["serving"]["queue_share"] == pytest.approx(0.6)
+    assert f.evidence["serving"]["output_tokens_per_s_per_gpu"] == pytest.approx(5000 / 9.8)
+
+
+def test_the_serving_load_covers_the_request_window_only():
+    """Requests queued 90 % of their time, then (10 minutes on) requests queued 10 %: with a 5-minute
+    window only the later ones count; an old batch arriving late is left out too."""
+    bn = BottleneckAnalyzer(request_window_s=300.0)
+    early = requests(20, queue_share=0.9)
+    late = requests(20, queue_share=0.1)
+    shift = pa.array(np.asarray(late.column("end_ns")) + 600 * 10**9, pa.int64())
+    late = late.set_column(late.schema.get_field_index("end_ns"), "end_ns", shift)
+    for b in (early, late, early):
+        bn.update(EventBatch("requests", b, "test"))
+    load = bn.serving_load((NODE, MODEL))
+    assert load is not None and load.requests == 20 and load.queue_share == pytest.approx(0.1)
+    assert load.gpus == 0 and load.output_tokens_per_s_per_gpu is None
+    assert bn.serving_load((NODE, "other")) is None

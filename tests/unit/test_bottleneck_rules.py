@@ -36,7 +36,15 @@ def test_ramps_rise_fall_and_clamp():
 def test_every_rule_weighs_one_and_classes_are_fixed():
     for rule in RULES:
         assert sum(r.weight for r in rule.signals) == pytest.approx(1.0), rule.cls
-    assert CLASSES == ("throttled", "launch-bound", "memory-bound", "compute-bound", "CPU-bound", "unknown")
+    assert CLASSES == (
+        "throttled",
+        "launch-bound",
+        "memory-bound",
+        "compute-bound",
+        "queue-bound",
+        "CPU-bound",
+        "unknown",
+    )
 
 
 def test_score_is_the_weighted_mean_with_missing_signals_at_the_prior():
@@ -128,3 +136,19 @@ def test_the_doc_holds_the_current_rules():
     text = DOC.read_text()
     assert markdown_rules() in text, "docs/bottleneck_taxonomy.md is stale: regenerate it with splice_rules"
     assert splice_rules(text) == text
+
+
+def test_queue_bound_needs_both_a_queue_and_an_idle_device():
+    idle = classify({"queue_share": 0.6, "gpu_idle_ratio": 0.7})
+    assert idle.bottleneck_class == "queue-bound" and idle.scores["queue-bound"] == 1.0
+    assert idle.scores["CPU-bound"] == pytest.approx(0.7)  # idle alone: 0.4 x 1 + 0.6 x the prior
+    busy = classify({"queue_share": 0.6, "gpu_idle_ratio": 0.05, "gpu_active_ratio": 0.95})
+    assert busy.scores["queue-bound"] == 0.0 and busy.bottleneck_class == "compute-bound"
+    short_queue = classify({"queue_share": 0.1, "gpu_idle_ratio": 0.7})
+    assert short_queue.scores["queue-bound"] == 0.0 and short_queue.bottleneck_class == "CPU-bound"
+    # a required signal missing: not a candidate, whatever the coverage of the others
+    assert classify({"gpu_idle_ratio": 0.7}).scores["queue-bound"] is None
+    assert classify({"queue_share": 0.9}).scores["queue-bound"] is None
+    rule = Rule("c", (Ramp("a", 0.5, 0.0, 1.0), Ramp("b", 0.5, 0.0, 1.0)), requires=("b",))
+    assert classify({"a": 1.0}, (rule,)).bottleneck_class == UNKNOWN
+    assert classify({"a": 1.0, "b": 1.0}, (rule,)).bottleneck_class == "c"

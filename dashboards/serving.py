@@ -3,8 +3,9 @@
 The request panels read the agent's serving metrics (``aaco_llm_*``, from the servers' own request
 spans: docs/serving.md); the SLO panels the records of ``rules/recording.yaml`` (group
 ``aaco.llm_slo``) that the burn-rate alerts of ``rules/alerts-serving.yaml`` compare; the GPU panels
-the kernel and device series of the same nodes. Latency panels carry exemplars (one request's trace
-each) and link to the traces of the model's requests.
+the kernel and device series of the same nodes; the prefill/decode panels the kernel time that the
+serving_phases analyzer splits by the requests' phases. Latency panels carry exemplars (one
+request's trace each) and link to the traces of the model's requests.
 """
 
 from __future__ import annotations
@@ -252,6 +253,39 @@ def spec(traces_plugin: str) -> Spec:
             max_val=1,
         ),
     ]
+    phases = [
+        ts(
+            "GPU time in prefill vs decode",
+            "Share of each model's kernel time launched during its requests' prefill (the prompt) rather than "
+            "decode (the output tokens), from the servers' prefill and decode latencies (aaco_llm_gpu_seconds_total; "
+            "a kernel in both counts as prefill, docs/serving.md). A TTFT rise with a rising share points at the "
+            "prefill kernels.",
+            "percentunit",
+            [
+                Q(
+                    f'sum by (model) (rate(aaco_llm_gpu_seconds_total{{{LLM}, phase="prefill"}}[{RATE}])) '
+                    f"/ sum by (model) (rate(aaco_llm_gpu_seconds_total{{{LLM}}}[{RATE}]))",
+                    "{{model}} prefill share",
+                )
+            ],
+            min_val=0,
+            max_val=1,
+        ),
+        ts(
+            "Kernel families by phase",
+            "GPU seconds per second in each kernel family (GEMM, attention, ...) of each model's prefill and "
+            "decode kernels: which kernels a prefill or decode slowdown comes from.",
+            "short",
+            [
+                Q(
+                    f"sum by (model, phase, family) (rate(aaco_llm_kernel_family_seconds_total{{{LLM}}}[{RATE}]))",
+                    "{{model}} {{phase}} {{family}}",
+                )
+            ],
+            stack=True,
+            min_val=0,
+        ),
+    ]
     return Spec(
         uid=UID,
         title="AACO / LLM serving",
@@ -264,5 +298,6 @@ def spec(traces_plugin: str) -> Spec:
             ("SLO", slo),
             ("Traffic", traffic),
             ("The GPU work behind them", gpu),
+            ("Prefill versus decode on the GPU", phases),
         ],
     )

@@ -1,11 +1,12 @@
 """LLM serving per (model, namespace, pod): TTFT, time per output token, durations, tokens, finish reasons.
 
 Folds the ``requests`` rows the OTLP receiver reads from servers' request spans into cumulative
-histograms (bounds in ``contract/serving.py``) and counters, as Prometheus expects. Each histogram's
-exemplar is the latest request's trace id. The per-request values (time per output token, duration,
-and why TPOT was left out) are ``contract.serving.request_series``. Bounded: at most ``max_groups``
-(model, namespace, pod) groups and ``max_finish_reasons`` finish reasons per group (further ones
-count as ``other``). docs/serving.md.
+histograms (bounds in ``contract/serving.py``) and counters, as Prometheus expects. Each bucket's
+exemplar is the latest request's trace id in that bucket, stamped with the request's end. The
+per-request values (time per output token, duration, and why TPOT was left out) are
+``contract.serving.request_series``. Bounded: at most ``max_groups`` (model, namespace, pod) groups
+and ``max_finish_reasons`` finish reasons per group (further ones count as ``other``).
+docs/serving.md.
 """
 
 from __future__ import annotations
@@ -164,10 +165,11 @@ class ServingAnalyzer(Analyzer):
     def _fold(self, g: _Group, b: pa.RecordBatch) -> None:
         traces = _strings(b, "trace_id", "")
         series = request_series(b)
+        ends = b.column("end_ns").to_numpy()
         g.skipped.update(series.skipped)
         for name, values in series.values.items():
             present = ~np.isnan(values)
-            g.hists[name].add(values[present], traces[present])
+            g.hists[name].add(values[present], traces[present], ends[present])
         g.tokens["input"] += int(np.nansum(_floats(b, "input_tokens")))
         g.tokens["output"] += int(np.nansum(_floats(b, "output_tokens")))
         for reason, n in Counter(_strings(b, "finish_reason", UNKNOWN_REASON).tolist()).items():

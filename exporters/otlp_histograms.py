@@ -53,9 +53,7 @@ def span_context(trace_id: str | None, span_id: str | None) -> Context | None:
     if not trace_id or not span_id or len(trace_id) != 32 or len(span_id) != 16:
         return None
     try:
-        ctx = SpanContext(
-            int(trace_id, 16), int(span_id, 16), is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED)
-        )
+        ctx = SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=True, trace_flags=SAMPLED)
     except ValueError:
         return None
     return trace.set_span_in_context(NonRecordingSpan(ctx)) if ctx.is_valid else None

@@ -8,8 +8,8 @@ time where the source has one, else its start, and matched on (node, pid). Reque
 their kernels, so the kernels not yet marked wait in a ring per process; the request windows are
 kept too, for kernels that arrive later (a profiler's capture). A kernel is attributed once, when
 first marked; among the windows marking it at that moment prefill wins over decode. Bounded: rings
-by count and by age (event time), processes and (model, namespace, pod) groups by count; kernels
-and requests left out are counted.
+by count (kernels: all processes together) and by age (event time), processes and (model,
+namespace, pod) groups by count; kernels and requests left out are counted.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ GPU_SECONDS = define(
     "aaco_llm_gpu_seconds",
     "counter",
     "s",
-    "GPU time (sum of kernel durations) of a served model's process launched in its requests' prefill or "
-    "decode windows (a kernel in both counts as prefill).",
+    "GPU time (sum of kernel durations) of the kernels a served model's process launched in its requests' "
+    "prefill or decode windows (a kernel in both counts as prefill).",
     (*LABELS, "phase"),
 )
 FAMILY_SECONDS = define(
@@ -78,9 +78,11 @@ class _Ring:
     t: np.ndarray = field(default_factory=lambda: _EMPTY_I64)  # launch (else start) ns
     dur: np.ndarray = field(default_factory=lambda: _EMPTY_I64)  # GPU ns
     fam: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int16))
-    newest_kernel: int = np.iinfo(np.int64).min
     windows: np.ndarray = field(default_factory=lambda: np.zeros((0, 5), np.int64))  # pre lo/hi, dec lo/hi, group
-    newest_end: int = np.iinfo(np.int64).min
+
+    def keep_kernels(self, keep: np.ndarray | slice) -> None:
+        """Keep only the kernels where ``keep`` is true."""
+        self.t, self.dur, self.fam = self.t[keep], self.dur[keep], self.fam[keep]
 
 
 @dataclass(frozen=True)
@@ -156,15 +158,17 @@ class ServingPhasesSettings(StrictModel):
     """GPU time and kernel families in prefill versus decode per served model (from request spans)."""
 
     max_kernels: PositiveInt = Field(
-        200_000, description="Kernels not yet marked kept per process (the oldest are pushed out, counted)."
+        1_000_000,
+        description="Kernels not yet marked kept, all processes together (about 18 bytes each); over it the "
+        "oldest of the process holding most are pushed out, counted.",
     )
     max_requests: PositiveInt = Field(
         4096, description="Request windows kept per process, for kernels that come later."
     )
     max_age_s: PositiveFloat = Field(
         300.0,
-        description="Kernels and request windows older than this (event time, behind the newest of their "
-        "process) are dropped.",
+        description="Kernels and request windows older than this (event time, behind the newest kernel or "
+        "request end seen) are dropped, and processes left with neither.",
     )
     max_processes: PositiveInt = Field(256, description="Processes (node, pid) tracked at once.")
     top: PositiveInt = Field(8, description="Kernel families listed per phase in the snapshot.")
@@ -232,7 +236,7 @@ class ServingPhasesAnalyzer(Analyzer):
     def __init__(
         self,
         max_groups: int = 256,
-        max_kernels: int = 200_000,
+        max_kernels: int = 1_000_000,
         max_requests: int = 4096,
         max_age_s: float = 300.0,
         max_processes: int = 256,
@@ -245,6 +249,7 @@ class ServingPhasesAnalyzer(Analyzer):
         self._max_processes = max_processes
         self._top = top
         self._rings: dict[tuple[str, int], _Ring] = {}
+        self._newest_kernel = self._newest_end = np.iinfo(np.int64).min
         self._groups: dict[Group, int] = {}
         self._time = np.zeros((0, 2, len(FAMILIES)), np.int64)  # group, phase, family -> ns
         self._count = np.zeros((0, 2, len(FAMILIES)), np.int64)
@@ -277,6 +282,7 @@ class ServingPhasesAnalyzer(Analyzer):
             self._requests_in(b)
         else:
             self._kernels_in(b)
+        self._sweep()
 
     def _kernels_in(self, b: pa.RecordBatch) -> None:
         t = pc.coalesce(b.column("launch_start_ns"), b.column("start_ns")).to_numpy(zero_copy_only=False)
@@ -284,8 +290,13 @@ class ServingPhasesAnalyzer(Analyzer):
         fam_names = families(b.column("name").fill_null(""), b.column("kind"))
         uniq, inverse = np.unique(fam_names, return_inverse=True)
         fam = np.array([_FAMILY_INDEX[f] for f in uniq], np.int16)[inverse]
-        procs = group(b.column("node"), b.column("pid").fill_null(-1))
+        pid = b.column("pid").fill_null(-1)
+        self._left_out(self.unmatched, "no_pid", int((pid.to_numpy(zero_copy_only=False) < 0).sum()))
+        self._newest_kernel = max(self._newest_kernel, int(t.max()))
+        procs = group(b.column("node"), pid)
         for i, key in enumerate(procs.keys):
+            if key[1] < 0:
+                continue
             sel = procs.mask(i)
             kt, kd, kf = t[sel].astype(np.int64), dur[sel], fam[sel]
             ring = self._ring(key, kt.size, kernels=True)
@@ -297,18 +308,27 @@ class ServingPhasesAnalyzer(Analyzer):
             ring.t = np.concatenate([ring.t, kt[~hit]])
             ring.dur = np.concatenate([ring.dur, kd[~hit]])
             ring.fam = np.concatenate([ring.fam, kf[~hit]])
-            ring.newest_kernel = max(ring.newest_kernel, int(kt.max()))
-            self._evict_kernels(ring)
 
-    def _evict_kernels(self, ring: _Ring) -> None:
-        keep = ring.t >= ring.newest_kernel - self._max_age_ns
-        self._left_out(self.unmatched, "aged_out", int(keep.size - keep.sum()))
-        over = int(keep.sum()) - self._max_kernels
-        if over > 0:
-            keep[np.flatnonzero(keep)[:over]] = False
-            self._left_out(self.unmatched, "ring_full", over)
-        if not keep.all():
-            ring.t, ring.dur, ring.fam = ring.t[keep], ring.dur[keep], ring.fam[keep]
+    def _sweep(self) -> None:
+        """Drop what aged out, then the oldest kernels of the largest rings over ``max_kernels``, then empty rings."""
+        kernel_cut, window_cut = self._newest_kernel - self._max_age_ns, self._newest_end - self._max_age_ns
+        for ring in self._rings.values():
+            keep = ring.t >= kernel_cut
+            if not keep.all():
+                self._left_out(self.unmatched, "aged_out", int(keep.size - keep.sum()))
+                ring.keep_kernels(keep)
+            keep = ring.windows[:, 3] >= window_cut
+            keep[np.flatnonzero(keep)[: max(0, int(keep.sum()) - self._max_requests)]] = False
+            ring.windows = ring.windows[keep]
+        over = sum(r.t.size for r in self._rings.values()) - self._max_kernels
+        while over > 0:
+            ring = max(self._rings.values(), key=lambda r: r.t.size)
+            n = min(over, ring.t.size)
+            ring.keep_kernels(slice(n, None))
+            self._left_out(self.unmatched, "ring_full", n)
+            over -= n
+        for key in [k for k, r in self._rings.items() if r.t.size == 0 and r.windows.shape[0] == 0]:
+            del self._rings[key]
 
     def _group_index(self, key: Group) -> int:
         g = self._groups.get(key)
@@ -324,13 +344,14 @@ class ServingPhasesAnalyzer(Analyzer):
     def _requests_in(self, b: pa.RecordBatch) -> None:
         windows, phased = request_windows(b)
         pid = b.column("pid").fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-        labels = [b.column(n).fill_null("").to_pylist() for n in LABELS]
-        gidx = np.array([self._group_index(k) for k in zip(*labels, strict=True)], np.int64)
         self._left_out(self.skipped, "no_pid", int(((pid < 0) & phased).sum()))
         self._left_out(self.skipped, "no_phases", int((~phased).sum()))
+        labels = [b.column(n).fill_null("").to_pylist() for n in LABELS]
+        gidx = np.full(pid.size, -1, np.int64)
+        for i in np.flatnonzero(phased & (pid >= 0)).tolist():
+            gidx[i] = self._group_index((labels[0][i], labels[1][i], labels[2][i]))
         self._left_out(self.skipped, "group_limit", int(((gidx < 0) & phased & (pid >= 0)).sum()))
-        usable = phased & (pid >= 0) & (gidx >= 0)
-        rows = np.flatnonzero(usable)
+        rows = np.flatnonzero(gidx >= 0)
         if rows.size == 0:
             return
         nodes = b.column("node").take(pa.array(rows))
@@ -347,12 +368,9 @@ class ServingPhasesAnalyzer(Analyzer):
             hit = phase >= 0
             if hit.any():
                 self._attribute(new[window[hit], 4], phase[hit], ring.fam[hit], ring.dur[hit])
-                ring.t, ring.dur, ring.fam = ring.t[~hit], ring.dur[~hit], ring.fam[~hit]
+                ring.keep_kernels(~hit)
             ring.windows = np.concatenate([ring.windows, new])
-            ring.newest_end = max(ring.newest_end, int(end[r].max()))
-            keep = ring.windows[:, 3] >= ring.newest_end - self._max_age_ns
-            keep[np.flatnonzero(keep)[: max(0, int(keep.sum()) - self._max_requests)]] = False
-            ring.windows = ring.windows[keep]
+            self._newest_end = max(self._newest_end, int(end[r].max()))
 
     def _attribute(self, groups: np.ndarray, phase: np.ndarray, fam: np.ndarray, dur: np.ndarray) -> None:
         """Add marked kernels' GPU time and counts to their (group, phase, family) totals."""

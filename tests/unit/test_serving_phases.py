@@ -153,3 +153,21 @@ def test_registered_with_settings():
     assert "serving_phases" in ANALYZERS
     an = create(ServingPhasesSettings(max_kernels=9), AgentHints(), 4)
     assert isinstance(an, ServingPhasesAnalyzer) and an._max_kernels == 9 and an._max_groups == 4
+
+
+def test_kernel_bound_is_shared_the_largest_ring_gives_way():
+    a = ServingPhasesAnalyzer(max_kernels=4)
+    a.update(kernels([(7, 1100 + i, 1100 + i, 1, GEMM) for i in range(4)] + [(8, 1150, 1150, 100, GEMM)]))
+    assert a.unmatched == {"ring_full": 1}  # pid 7's oldest; pid 8's one kernel stays
+    a.update(requests([{**A, "pid": 8}, A]))
+    assert phases(a.snapshot()) == {"m": (103, 0)}
+
+
+def test_processes_left_with_nothing_free_their_slot():
+    a = ServingPhasesAnalyzer(max_processes=1, max_age_s=1e-6)  # 1000 ns
+    a.update(kernels([(7, 1150, 1150, 10, GEMM)]))
+    a.update(kernels([(8, 5000, 5000, 20, GEMM)]))  # over the bound; then pid 7's kernel ages out
+    assert a.unmatched == {"process_limit": 1, "aged_out": 1}
+    a.update(kernels([(8, 5001, 5001, 30, GEMM)]))  # pid 7 left nothing: pid 8 takes its slot
+    a.update(requests([{**A, "pid": 8, "start_ns": 4000, "end_ns": 6000, "queue_s": 0.0, "prefill_s": 2000e-9}]))
+    assert phases(a.snapshot()) == {"m": (30, 0)}

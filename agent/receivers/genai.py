@@ -41,50 +41,73 @@ REQUEST_VALUES_INVALID = define(
 SPAN_KIND_SERVER: Final = 2  # opentelemetry.proto.trace.v1.Span.SpanKind.SPAN_KIND_SERVER
 SOURCE: Final = "otlp"
 _I64_MAX: Final = 2**63 - 1
-_NUMERIC_KEYS: Final = frozenset(a for names in (*TOKEN_ATTRS.values(), *LATENCY_ATTRS.values()) for a in names)
+_NUMBERS: Final = (
+    *((field, names, True) for field, names in TOKEN_ATTRS.items()),
+    *((field, names, False) for field, names in LATENCY_ATTRS.items()),
+)
+_NUMERIC_KEYS: Final = frozenset(a for _field, names, _integral in _NUMBERS for a in names)
+# Attribute read -> the AnyValue field it usually sets ("": an array, read element-wise).
+_KEYS: Final[dict[str, str]] = {
+    **{a: "string_value" for a in (*MODEL_ATTRS, *REQUEST_ID_ATTRS)},
+    **{a: "" for a in FINISH_REASON_ATTRS},
+    **{a: "int_value" if integral else "double_value" for _field, names, integral in _NUMBERS for a in names},
+}
+# The order rows are built in: fixed columns, request id, resource, numbers, finish reason.
+_ORDER: Final = (
+    "start_ns",
+    "end_ns",
+    "node",
+    "model",
+    "trace_id",
+    "span_id",
+    "source",
+    "request_id",
+    "namespace",
+    "pod",
+    "service",
+    "pid",
+    *(field for field, _names, _integral in _NUMBERS),
+    "finish_reason",
+)
+
+
+def _scalar(value: Any) -> Any:
+    """An AnyValue as a Python value: an array as its first element (finish reasons: the first sequence's)."""
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "array_value":
+        values = value.array_value.values
+        return _scalar(values[0]) if values else None
+    return getattr(value, kind)
 
 
 def _first(attrs: dict[str, Any], names: tuple[str, ...]) -> Any:
     for name in names:
-        value = attrs.get(name)
-        if value is not None:
-            return value
+        if name in attrs:
+            return attrs[name]
     return None
 
 
 def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    kind = value.WhichOneof("value")
-    if kind == "string_value":
-        return value.string_value or None
-    if kind == "array_value":  # gen_ai.response.finish_reasons: the first sequence's reason
-        first = next(iter(value.array_value.values), None)
-        return _text(first)
-    return None
+    return value if type(value) is str and value else None
 
 
 def _count(value: Any) -> int | None:
-    """A non-negative integer (a float with an integral value is accepted), else None."""
-    kind = value.WhichOneof("value")
-    if kind == "int_value":
-        return value.int_value if value.int_value >= 0 else None
-    if kind == "double_value":
-        v = value.double_value
-        return int(v) if math.isfinite(v) and v >= 0 and v == int(v) else None
+    """A non-negative integer (a float with an integral value is accepted), else None (bools too)."""
+    if type(value) is int:
+        return value if value >= 0 else None
+    if type(value) is float:
+        return int(value) if math.isfinite(value) and value >= 0 and value == int(value) else None
     return None
 
 
 def _seconds(value: Any) -> float | None:
-    """A non-negative finite number of seconds, else None."""
-    kind = value.WhichOneof("value")
-    if kind == "double_value":
-        v = value.double_value
-    elif kind == "int_value":
-        v = float(value.int_value)
-    else:
-        return None
-    return v if math.isfinite(v) and v >= 0 else None
+    """A non-negative finite number of seconds, else None (bools too)."""
+    if type(value) is float or type(value) is int:
+        v = float(value)
+        return v if math.isfinite(v) and v >= 0 else None
+    return None
 
 
 class RequestRows:
@@ -96,29 +119,43 @@ class RequestRows:
 
     def read(self, msg: Any) -> pa.RecordBatch | None:
         """The request spans of ``msg`` as a ``requests`` batch (full schema), or None when it has none."""
-        cols: dict[str, list[Any]] = {name: [] for name in REQUESTS.names}
+        rows: list[list[Any]] = []
         for rs in msg.resource_spans:
-            resource: dict[str, Any] | None = None
+            resource: list[Any] | None = None
             for ss in rs.scope_spans:
                 for span in ss.spans:
                     if span.kind != SPAN_KIND_SERVER:
                         continue
-                    attrs = {kv.key: kv.value for kv in span.attributes if kv.key.startswith("gen_ai.")}
+                    attrs = {}
+                    for kv in span.attributes:
+                        key = kv.key
+                        expected = _KEYS.get(key)
+                        if expected is not None:
+                            # The field the attribute usually sets: read directly when set (not zero),
+                            # else by which one is set.
+                            value = kv.value
+                            attrs[key] = (expected and getattr(value, expected)) or _scalar(value)
+                    if not attrs or _NUMERIC_KEYS.isdisjoint(attrs):
+                        continue
                     model = _text(_first(attrs, MODEL_ATTRS))
-                    if model is None or _NUMERIC_KEYS.isdisjoint(attrs):
+                    if model is None:
                         continue
                     if resource is None:
                         resource = self._resource(rs.resource)
-                    self._row(cols, span, attrs, model, resource)
-        if not cols["model"]:
+                    row = self._row(span, attrs, model, resource)
+                    if row is not None:
+                        rows.append(row)
+        if not rows:
             return None
-        return pa.RecordBatch.from_pydict(cols, schema=REQUESTS)
+        columns = dict(zip(_ORDER, zip(*rows, strict=True), strict=True))
+        return pa.RecordBatch.from_arrays([pa.array(columns[f.name], type=f.type) for f in REQUESTS], schema=REQUESTS)
 
-    def _resource(self, res: Any) -> dict[str, Any]:
-        attrs = {kv.key: kv.value for kv in res.attributes}
-        out: dict[str, Any] = {field: _text(attrs.get(key)) for field, key in RESOURCE_ATTRS.items() if field != "pid"}
+    def _resource(self, res: Any) -> list[Any]:
+        """namespace, pod, service and pid, in the row's order."""
+        attrs = {kv.key: _scalar(kv.value) for kv in res.attributes}
+        out: list[Any] = [_text(attrs.get(RESOURCE_ATTRS[f])) for f in ("namespace", "pod", "service")]
         pid = attrs.get(RESOURCE_ATTRS["pid"])
-        out["pid"] = None if pid is None else self._valid("pid", pid, _count)
+        out.append(None if pid is None else self._valid("pid", pid, _count))
         return out
 
     def _valid(self, field: str, value: Any, parse: Any) -> Any:
@@ -127,29 +164,31 @@ class RequestRows:
             self.stats.inc(REQUEST_VALUES_INVALID, 1, field=field)
         return parsed
 
-    def _row(
-        self, cols: dict[str, list[Any]], span: Any, attrs: dict[str, Any], model: str, resource: dict[str, Any]
-    ) -> None:
-        if span.start_time_unix_nano > _I64_MAX or span.end_time_unix_nano > _I64_MAX:
+    def _row(self, span: Any, attrs: dict[str, Any], model: str, resource: list[Any]) -> list[Any] | None:
+        start, end = span.start_time_unix_nano, span.end_time_unix_nano
+        if start > _I64_MAX or end > _I64_MAX:
             self.stats.inc(REQUEST_VALUES_INVALID, 1, field="time")
-            return
-        row: dict[str, Any] = {
-            "start_ns": span.start_time_unix_nano,
-            "end_ns": max(span.end_time_unix_nano, span.start_time_unix_nano),
-            "node": self.node,
-            "model": model,
-            "trace_id": span.trace_id.hex(),
-            "span_id": span.span_id.hex(),
-            "source": SOURCE,
-            "request_id": _text(_first(attrs, REQUEST_ID_ATTRS)),
-            "finish_reason": _text(_first(attrs, FINISH_REASON_ATTRS)),
-            **resource,
-        }
-        for field, names in TOKEN_ATTRS.items():
-            value = _first(attrs, names)
-            row[field] = None if value is None else self._valid(field, value, _count)
-        for field, names in LATENCY_ATTRS.items():
-            value = _first(attrs, names)
-            row[field] = None if value is None else self._valid(field, value, _seconds)
-        for name, values in cols.items():
-            values.append(row.get(name))
+            return None
+        row = [
+            start,
+            max(end, start),
+            self.node,
+            model,
+            span.trace_id.hex(),
+            span.span_id.hex(),
+            SOURCE,
+            _text(_first(attrs, REQUEST_ID_ATTRS)),
+            *resource,
+        ]
+        for field, names, integral in _NUMBERS:
+            for name in names:
+                if name in attrs:
+                    parsed = (_count if integral else _seconds)(attrs[name])
+                    if parsed is None:
+                        self.stats.inc(REQUEST_VALUES_INVALID, 1, field=field)
+                    row.append(parsed)
+                    break
+            else:
+                row.append(None)
+        row.append(_text(_first(attrs, FINISH_REASON_ATTRS)))
+        return row

@@ -199,3 +199,25 @@ def test_receiver_without_a_bus_reads_nothing():
     rx = OtlpReceiver(OtlpReceiverConfig(enabled=True), Stats(), {}, sink, None, None)
     rx.handle("traces", request(POD, span(VLLM)).SerializeToString())
     assert len(sink.requests) == 1
+
+
+def test_zero_values_are_kept_and_booleans_refused():
+    """A zero is read as a value (not as an unset field); a boolean is not a count nor seconds."""
+    stats = Stats()
+    attrs = {
+        "gen_ai.response.model": "m",
+        "gen_ai.usage.prompt_tokens": 0,
+        "gen_ai.usage.completion_tokens": 0.0,
+        "gen_ai.latency.time_in_queue": 0.0,
+        "gen_ai.latency.time_to_first_token": 0,
+        "gen_ai.response.finish_reason": "stop",
+    }
+    sent = span(attrs)
+    for key in ("gen_ai.latency.e2e", "gen_ai.latency.time_in_model_decode"):
+        sent.attributes.add(key=key).value.bool_value = True
+    (row,) = RequestRows("n", stats).read(request({}, sent)).to_pylist()
+    assert (row["input_tokens"], row["output_tokens"], row["queue_s"], row["ttft_s"]) == (0, 0, 0.0, 0.0)
+    assert row["finish_reason"] == "stop"
+    assert row["e2e_s"] is None and row["decode_s"] is None
+    assert stats.get(REQUEST_VALUES_INVALID, field="e2e_s") == stats.get(REQUEST_VALUES_INVALID, field="decode_s") == 1
+    assert stats.get(REQUEST_VALUES_INVALID, field="input_tokens") == 0

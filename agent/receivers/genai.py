@@ -5,7 +5,9 @@ naming) and carries at least one token count or latency. Its resource says where
 (``k8s.namespace.name``, ``k8s.pod.name``, ``service.name``, ``process.pid``): the receiver reads it
 before adding the node's own attributes, so a server that does not say is never given the agent's pod.
 A value of the wrong type, negative or not finite is counted by field and left null; the rest of the
-row is kept. The request itself is only read, never changed.
+row is kept. The request itself is only read, never changed. Only SERVER spans are scanned, each
+attribute's key is looked up once among the names read, and the rows become arrays once per request
+(the cost per span: docs/llm-demo.md).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 ``aaco agent --config examples/demo.yaml --metrics-port P --lake DIR`` runs every source that can
 run here (ONNX Runtime workload, LLM requests, replays and a spool of the real samples, GPU telemetry
 from the sample captures, the scheduler), exporting its traces over OTLP to a real gRPC receiver (the
-stand-in for Tempo). The agent's own OTLP receiver is turned on (free ports; the demo leaves it off
-for want of an upstream, which the test has) so the LLM requests' spans feed the serving metrics.
+stand-in for Tempo). The agent's own OTLP receiver is moved to free ports, and the LLM requests'
+spans go there to feed the serving metrics.
 Prometheus (Debian ``prometheus``, loopback, temporary config and data) scrapes it every second
 with dashboards/rules/*.yaml loaded and evaluated every second; Alertmanager (Debian
 ``prometheus-alertmanager``) receives its alerts.

@@ -125,11 +125,17 @@ class Histogram:
     per_bucket: np.ndarray = field(init=False)  # not cumulative; the last slot is +Inf
     count: int = 0
     total: float = 0.0
-    exemplars: list[Exemplar | None] = field(init=False)
+    # each bucket's exemplar as columns (trace id None: none yet), made into Exemplars only on export
+    _ex_trace: np.ndarray = field(init=False, repr=False)
+    _ex_value: np.ndarray = field(init=False, repr=False)
+    _ex_ts: np.ndarray = field(init=False, repr=False)  # seconds, NaN: no timestamp
 
     def __post_init__(self) -> None:
-        self.per_bucket = np.zeros(self.bounds.size + 1, dtype=np.int64)
-        self.exemplars = [None] * (self.bounds.size + 1)
+        slots = self.bounds.size + 1
+        self.per_bucket = np.zeros(slots, dtype=np.int64)
+        self._ex_trace = np.full(slots, None, dtype=object)
+        self._ex_value = np.zeros(slots)
+        self._ex_ts = np.full(slots, np.nan)
 
     def add(self, values: np.ndarray, traces: np.ndarray, ts_ns: np.ndarray | None = None) -> None:
         """Count ``values``; in each bucket the last one with a trace id (not None, not empty) becomes its exemplar.
@@ -143,15 +149,22 @@ class Histogram:
         self.count += int(values.size)
         self.total += float(values.sum())
         traces = np.asarray(traces, dtype=object)
-        known = np.flatnonzero(np.not_equal(traces, None) & np.not_equal(traces, ""))
+        known = np.flatnonzero(np.not_equal(traces, None) & np.not_equal(traces, ""))[::-1]
         if known.size == 0:
             return
-        last = np.full(self.bounds.size + 1, -1, dtype=np.int64)
-        np.maximum.at(last, slots[known], known)  # each bucket's last row with a trace
-        for bucket in np.flatnonzero(last >= 0).tolist():
-            i = int(last[bucket])
-            ts = float(ts_ns[i]) / 1e9 if ts_ns is not None else None
-            self.exemplars[bucket] = Exemplar(str(traces[i]), float(values[i]), ts)
+        buckets, first = np.unique(slots[known], return_index=True)  # scanning backwards: each bucket's last row
+        rows = known[first]
+        self._ex_trace[buckets] = traces[rows]
+        self._ex_value[buckets] = values[rows]
+        self._ex_ts[buckets] = ts_ns[rows] / 1e9 if ts_ns is not None else np.nan
+
+    @property
+    def exemplars(self) -> tuple[Exemplar | None, ...]:
+        """Each bucket's exemplar (None where no observation with a trace id fell in it), +Inf last."""
+        return tuple(
+            None if t is None else Exemplar(str(t), float(v), None if np.isnan(ts) else float(ts))
+            for t, v, ts in zip(self._ex_trace.tolist(), self._ex_value.tolist(), self._ex_ts.tolist(), strict=True)
+        )
 
     def value(self) -> HistogramValue:
         """The exported form: cumulative counts per bound, count, sum, an exemplar per bucket."""
@@ -161,5 +174,5 @@ class Histogram:
             tuple(int(c) for c in cumulative),
             self.count,
             self.total,
-            tuple(self.exemplars),
+            self.exemplars,
         )

@@ -137,7 +137,12 @@ class RequestSeries:
     """Per-request values of a ``requests`` batch: each histogram's field (NaN where not measured)."""
 
     values: dict[str, np.ndarray]  # by HISTOGRAMS field, float64 seconds, one per row
-    skipped: dict[str, int]  # requests left out of the TPOT histogram, by reason
+    reasons: dict[str, np.ndarray]  # why TPOT was left out: a boolean mask per reason, one per row
+
+    @property
+    def skipped(self) -> dict[str, int]:
+        """Requests left out of the TPOT histogram, by reason (reasons with none left out)."""
+        return {r: int(m.sum()) for r, m in self.reasons.items() if m.any()}
 
 
 def _floats(b: pa.RecordBatch, name: str) -> np.ndarray:
@@ -174,4 +179,4 @@ def request_series(b: pa.RecordBatch) -> RequestSeries:
         "prefill_s": _floats(b, "prefill_s"),
         "decode_s": _floats(b, "decode_s"),
     }
-    return RequestSeries(values, {r: int(m.sum()) for r, m in reasons.items() if m.any()})
+    return RequestSeries(values, reasons)

@@ -145,3 +145,22 @@ def test_the_group_bound_defaults_to_the_agents_model_bound():
     an = create(ServingSettings(), AgentHints(), max_models=1)
     an.update(rows([{"model": "a", "ttft_s": 0.1}, {"model": "b", "ttft_s": 0.1}]))
     assert an.snapshot().over_limit == 1
+
+
+def test_an_unknown_pod_and_an_empty_one_are_one_group():
+    a = ServingAnalyzer()
+    a.update(
+        rows(
+            [
+                {"model": "m", "pod": None, "ttft_s": 0.1, "output_tokens": 3, "e2e_s": 0.5},
+                {"model": "m", "pod": "", "ttft_s": 0.2, "output_tokens": 3, "e2e_s": 0.7},
+                {"model": "m", "pod": "p", "ttft_s": 0.3, "output_tokens": 1, "e2e_s": 0.3},
+            ]
+        )
+    )
+    snap = a.snapshot()
+    assert sorted(snap.groups) == [("m", "", ""), ("m", "", "p")]
+    merged = snap.groups[("m", "", "")]
+    assert merged.requests == 2 and merged.histograms["ttft_s"].count == 2
+    assert merged.histograms["tpot_s"].total == pytest.approx((0.4 / 2) + (0.5 / 2))
+    assert snap.groups[("m", "", "p")].skipped == {"tpot_one_token": 1}

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,11 +59,12 @@ from aaco.agent.sources.traces.json_values import (
     span_ns,
 )
 from aaco.agent.sources.traces.kineto_process import ProcessInfo
+from aaco.agent.sources.traces.kineto_stream import NOT_KINETO, EventStream
 from aaco.agent.sources.traces.launches import LaunchTable
 from aaco.agent.sources.traces.limits import TraceLimits
 from aaco.agent.sources.traces.parsed import ParsedTrace
 from aaco.agent.sources.traces.tables import const, typed_table
-from aaco.agent.sources.traces.whole import load_whole_json, rechunk
+from aaco.agent.sources.traces.whole import rechunk
 from aaco.contract.clock import EPOCH_CEIL_NS, EPOCH_FLOOR_NS, ClockOffset
 from aaco.contract.ids import span_id, trace_id
 from aaco.contract.schemas import ITERATIONS, KERNELS
@@ -137,9 +138,8 @@ def kineto_clock(
     return ClockOffset(file_mtime_ns - round(last * 1000), 10**9, "file-mtime")
 
 
-def _collect(events: list[Any], skipped: Counter[str]) -> _Events:
-    """One pass over the events: GPU work, launches, operator names, steps, process metadata."""
-    out = _Events()
+def _collect(events: Iterable[Any], skipped: Counter[str], out: _Events) -> None:
+    """One pass over (a batch of) the events into ``out``: GPU work, launches, operator names, steps, metadata."""
     for ev in events:
         if not isinstance(ev, dict):
             skipped["not_an_event"] += 1
@@ -161,7 +161,6 @@ def _collect(events: list[Any], skipped: Counter[str]) -> _Events:
             _ADD.get(role, _add_step)(out, ev, ts, dur, args if isinstance(args, dict) else {}, skipped)
         except IntOutOfRangeError:
             skipped[INT_OUT_OF_RANGE] += 1
-    return out
 
 
 def _add_gpu(
@@ -385,16 +384,24 @@ def parse_kineto(
     iterations (the caller's choice, which may come from it).
     """
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        raise ValueError("a Kineto trace is a JSON object with a traceEvents list")
+        raise ValueError(NOT_KINETO)
     skipped: Counter[str] = Counter()
-    ev = _collect(doc["traceEvents"], skipped)
-    clock = kineto_clock(doc, np.array(ev.ends), file_mtime_ns, skipped)
-    host = ev.procs.host_pid(ev.launch_pids | ev.op_pids, ev.gpu_lanes)
+    ev = _Events()
+    _collect(doc["traceEvents"], skipped, ev)
     ctx = {"node": node, "identity": identity, "run_id": run_id, "model": model, "source": source}
+    return _convert(ev, doc, file_mtime_ns, ctx, skipped)
+
+
+def _convert(
+    ev: _Events, keys: dict[str, Any], file_mtime_ns: int, ctx: dict[str, str], skipped: Counter[str]
+) -> ParsedTrace:
+    """The collected events as tables; ``keys``: the document's keys besides the events (clock, devices)."""
+    clock = kineto_clock(keys, np.array(ev.ends), file_mtime_ns, skipped)
+    host = ev.procs.host_pid(ev.launch_pids | ev.op_pids, ev.gpu_lanes)
     kernels = _kernels(ev, clock, host, ctx, skipped)
     iterations = _iterations(ev, clock, host, ctx, skipped)
     pids = tuple(sorted(ev.launch_pids | ({host} if host is not None else set())))
-    devices = kineto_devices(doc, set(kernels.column("device").drop_null().unique().to_pylist()))
+    devices = kineto_devices(keys, set(kernels.column("device").drop_null().unique().to_pylist()))
     parsed = ParsedTrace(FORMAT, kernels, iterations, clock, +skipped, pids, devices=devices)
     parsed.model = ev.procs.model_name(host, parsed.skipped)
     return parsed
@@ -415,18 +422,15 @@ def sniff(head: bytes) -> str | None:
 
 
 def parse_file(tf: TraceFile, ctx: TraceContext, limits: TraceLimits) -> Iterator[ParsedTrace]:
-    """A Kineto trace file, read whole; it anchors its own clock (else the file's mtime)."""
-    loaded = load_whole_json(tf, limits)
-    parsed = parse_kineto(
-        loaded.doc,
-        node=ctx.node,
-        identity=ctx.identity,
-        run_id=ctx.run_id,
-        model=ctx.model,
-        file_mtime_ns=tf.mtime_ns,
-        source=ctx.source,
-    )
-    yield from rechunk(parsed, ctx, loaded)
+    """A Kineto trace file, streamed in bounded memory (``kineto_stream``); it anchors its own clock."""
+    stream = EventStream(tf.path, limits)
+    skipped: Counter[str] = Counter()
+    ev = _Events()
+    for batch in stream.batches():
+        _collect(batch, skipped, ev)
+    keys = {"node": ctx.node, "identity": ctx.identity, "run_id": ctx.run_id, "model": ctx.model, "source": ctx.source}
+    parsed = _convert(ev, stream.rest, tf.mtime_ns, keys, skipped)
+    yield from rechunk(parsed, ctx, stream.loaded())
 
 
 TRACE_FORMAT = TraceFormat((FORMAT,), sniff, parse_file)

@@ -16,17 +16,52 @@ command runs (the config, the service, the sources) inside the command, so ``aac
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from aaco.agent.cli import capture, fleet, graph, info, run, sched, telemetry, verdict
 from aaco.agent.cli.common import widen_help
 from aaco.agent.cli.config import config_app
 from aaco.contract.version import version as aaco_version
 
+HELP_FLAGS = frozenset(("-h", "--help"))
+
+
+class _Group(TyperGroup):
+    """The root command group: gives typer's help and error console its width only when it prints.
+
+    ``widen_help`` imports typer's rich formatting (rich, markdown-it, pygments: ~7 MiB of RSS), so it
+    runs when help may be printed (no arguments, or ``-h``/``--help`` anywhere: at worst an import too
+    many) or when a usage error or abort is on its way to being printed, never for a command that runs.
+    """
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: typer.Context | None = None, **extra: Any
+    ) -> Any:
+        """Parse the root's options; widen first when help may follow."""
+        if not args or not HELP_FLAGS.isdisjoint(args):
+            widen_help()
+        return _widening(super().make_context, info_name, args, parent, **extra)
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        """Run the command; widen before a usage error or an abort is printed."""
+        return _widening(super().invoke, ctx)
+
+
+def _widening(call: Any, *args: Any, **kwargs: Any) -> Any:
+    """``call(*args, **kwargs)``, widening typer's console when it raises what typer prints with it."""
+    try:
+        return call(*args, **kwargs)
+    except (typer.TyperException, typer.Abort):
+        widen_help()
+        raise
+
+
 app = typer.Typer(
     name="aaco",
+    cls=_Group,
     help="AACO: GPU observability agent. Kernel traces, GPU telemetry and scheduler events become "
     "OpenTelemetry traces and metrics, Prometheus metrics and a Parquet lake, with analyzers that "
     "say where the time went and why latency changed.",
@@ -73,5 +108,4 @@ app.command()(info.version)
 
 def main() -> None:
     """Console-script entry point."""
-    widen_help()
     app(prog_name="aaco")

@@ -13,16 +13,16 @@ import os
 import sys
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Annotated, Any
+from typing import IO, TYPE_CHECKING, Annotated, Any, cast
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from aaco.contract.errors import AacoError
 
 if TYPE_CHECKING:  # the config models cost ~0.2 s to import: loaded by the commands that read a config
+    from rich.console import Console
+    from rich.table import Table
+
     from aaco.agent.config import AgentConfig
 
 PIPED_WIDTH = 160  # columns for tables, help and usage errors when the stream is not a terminal
@@ -39,8 +39,28 @@ def piped_width(stream: IO[str]) -> int | None:
     return PIPED_WIDTH
 
 
-out_console = Console(width=piped_width(sys.stdout))
-err_console = Console(stderr=True, width=piped_width(sys.stderr))
+class _LazyConsole:
+    """A rich ``Console`` made on first use.
+
+    rich, with the markdown and syntax modules typer's help pulls in, is ~7 MiB of RSS: a command
+    that prints nothing through it (``aaco agent``, a daemon that logs) never imports it.
+    """
+
+    def __init__(self, stderr: bool) -> None:
+        self._stderr = stderr
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            stream = sys.stderr if self._stderr else sys.stdout
+            self._console = Console(stderr=self._stderr, width=piped_width(stream))
+        return getattr(self._console, name)
+
+
+out_console = cast("Console", _LazyConsole(stderr=False))
+err_console = cast("Console", _LazyConsole(stderr=True))
 
 
 def widen_help() -> None:
@@ -57,11 +77,15 @@ def widen_help() -> None:
 
 def print_error(message: object) -> None:
     """One ``error:`` line on stderr (never hard-wrapped; the message is printed as text, not markup)."""
+    from rich.markup import escape
+
     err_console.print(f"[bold red]error:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
 
 
 def print_warning(message: object) -> None:
     """One ``warning:`` line on stderr (never hard-wrapped; the message is printed as text, not markup)."""
+    from rich.markup import escape
+
     err_console.print(f"[yellow]warning:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
 
 
@@ -88,6 +112,8 @@ def setup_logging(level: str) -> None:
 
 def table(*columns: str, right: Collection[str] = (), title: str | None = None) -> Table:
     """A table whose cells fold (wrap) instead of being cut with an ellipsis; ``right`` columns are right-justified."""
+    from rich.table import Table
+
     out = Table(title=title, title_justify="left")
     for col in columns:
         out.add_column(col, justify="right" if col in right else "left", overflow="fold")

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from rich.table import Table
-
 from aaco.agent.cli.common import print_error, print_warning, table
 from aaco.contract.stats import EVENTS_DROPPED, Stats
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from aaco.agent.service import AgentService
 
 OTLP_COMPONENTS = ("exporter:otlp", "forward:")  # exporter:otlp_metrics included

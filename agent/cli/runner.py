@@ -14,13 +14,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
 
 from aaco.agent.cli.common import err_console, fail
 from aaco.agent.cli.report import report_lost, report_problems
 from aaco.contract.errors import AacoError
 
 if TYPE_CHECKING:  # the service and its sources cost ~0.8 s to import: imported when a command runs one
+    from rich.console import Console
+
     from aaco.agent.config import AgentConfig
     from aaco.agent.service import AgentService
 

@@ -14,6 +14,8 @@ RECEIVERS = Registry[Component | None]("receiver")
 
 
 def _otlp(config: OtlpReceiverConfig, ctx: ReceiverContext) -> Component | None:
+    if not config.enabled:  # off: gRPC and the OTLP protobufs are not imported
+        return None
     from aaco.agent.receivers.otlp import OtlpReceiver
 
     return OtlpReceiver.from_config(config, ctx)

@@ -21,7 +21,7 @@ from aaco.agent.cli.common import (
     print_note,
     setup_logging,
 )
-from aaco.agent.cli.runner import return_large_buffers, run_service
+from aaco.agent.cli.runner import return_large_buffers, run_service, use_system_memory_pool
 from aaco.contract.errors import AacoError
 
 REPLAY_EPILOG = (
@@ -255,6 +255,7 @@ def agent(
     ] = None,
 ) -> None:
     """Run the long-lived agent (DaemonSet mode) until SIGTERM/SIGINT; SIGHUP reloads the config file."""
+    use_system_memory_pool()  # before pyarrow is imported (by the config)
     from aaco.agent.config import AgentConfig, load_config
 
     overrides: dict[str, Any] = {}

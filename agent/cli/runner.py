@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import importlib.abc
+import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -107,6 +108,20 @@ def return_large_buffers(threshold: int = 1024 * 1024) -> None:
         libc.mallopt(-3, threshold)  # M_MMAP_THRESHOLD (malloc.h); fixing it also stops the dynamic raise
     except (OSError, AttributeError):
         return
+
+
+def use_system_memory_pool() -> None:
+    """Have Arrow allocate with the C library's malloc instead of its bundled mimalloc (the daemon's choice).
+
+    Over a run of 8 GPUs at 1 Hz with the lake on, mimalloc's segments and retained pages held ~9 MiB
+    more than malloc (docs/performance.md, "Memory and CPU budget"); the daemon builds small batches,
+    where mimalloc's speed does not show. It is Arrow's own setting, ``ARROW_DEFAULT_MEMORY_POOL``, read
+    when pyarrow is imported (``pa.set_memory_pool`` afterwards changes the pool of Python-side calls
+    only, not the Parquet writer's or the compute kernels', and mimalloc is set up by then). So it is
+    set before pyarrow is imported, left as it is when the user set it, and inherited by child
+    processes (for them too it only picks Arrow's allocator).
+    """
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 
 def run_service(

@@ -31,11 +31,20 @@ class Blob:
         return hdr + self.types + self.strings
 
 
-def kernel_blob(switch_params: int = 5, exit_params: int = 3, with_state: bool = True) -> bytes:
+def kernel_blob(
+    switch_params: int = 5, exit_params: int = 3, with_state: bool = True, sched_info: tuple[int, int] | None = (0, 8)
+) -> bytes:
+    """A kernel's BTF; ``sched_info``: byte offsets of its pcount and run_delay (None: no sched_info member)."""
     b = Blob()
     u32 = b.add(1, "unsigned int", 4, extra=struct.pack("<I", 32))
-    members = [("pid", 1264 * 8), ("tgid", 1268 * 8)] + ([("__state", 24 * 8)] if with_state else [])
-    body = b"".join(struct.pack("<III", b.s(n), u32, off) for n, off in members)
+    members = [("pid", 1264 * 8, u32), ("tgid", 1268 * 8, u32)] + ([("__state", 24 * 8, u32)] if with_state else [])
+    if sched_info is not None:
+        info = b"".join(
+            struct.pack("<III", b.s(n), u32, off * 8)
+            for n, off in zip(("pcount", "run_delay"), sched_info, strict=True)
+        )
+        members.append(("sched_info", 1008 * 8, b.add(4, "sched_info", 48, 2, info)))
+    body = b"".join(struct.pack("<III", b.s(n), t, off) for n, off, t in members)
     b.add(4, "task_struct", 4096, len(members), body)
     for tp in RAW_TRACEPOINTS:
         n = {"sched_switch": switch_params, "sched_process_exit": exit_params}.get(tp, 2)
@@ -52,6 +61,15 @@ def test_layout_from_btf(tmp_path: Path):
     assert layout is not None
     assert (layout.pid_offset, layout.tgid_offset, layout.state_offset) == (1264, 1268, 24)
     assert layout.switch_has_state and layout.exit_has_group_dead
+    assert layout.sched_info_offset == 1008
+
+
+def test_sched_info_only_when_it_starts_with_pcount_and_run_delay(tmp_path: Path):
+    path = tmp_path / "vmlinux"
+    for info in (None, (8, 0), (0, 16)):
+        path.write_bytes(kernel_blob(sched_info=info))
+        layout = task_layout(path)
+        assert layout is not None and layout.sched_info_offset is None, info
 
 
 def test_older_kernels_read_the_state_from_the_task(tmp_path: Path):

@@ -16,6 +16,7 @@ falls back to classic tracepoints.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,14 +48,18 @@ class TaskLayout:
     state_offset: int | None
     switch_has_state: bool  # sched_switch passes prev_state (kernel >= 5.18)
     exit_has_group_dead: bool  # sched_process_exit passes group_dead
+    sched_info_offset: int | None = None  # task_struct.sched_info, whose pcount and run_delay lead it
 
 
-def _parse(data: bytes) -> tuple[list[tuple[int, int, int, int, list[tuple[int, ...]]]], int] | None:
+_Type = tuple[int, int, int, int, list[tuple[int, ...]]]  # kind, name offset, size or type, kflag, members
+
+
+def _parse(data: bytes) -> tuple[list[_Type], int] | None:
     magic, _ver, _flags, hdr_len, type_off, type_len, str_off, _str_len = struct.unpack_from("<HBBIIIII", data, 0)
     if magic != _MAGIC:
         return None
     pos, end = hdr_len + type_off, hdr_len + type_off + type_len
-    types: list[tuple[int, int, int, int, list[tuple[int, ...]]]] = [(0, 0, 0, 0, [])]
+    types: list[_Type] = [(0, 0, 0, 0, [])]
     while pos < end:
         name_off, info, size = struct.unpack_from("<III", data, pos)
         pos += 12
@@ -69,6 +74,22 @@ def _parse(data: bytes) -> tuple[list[tuple[int, int, int, int, list[tuple[int, 
         pos += _FIXED.get(kind, 0) + _PER_VLEN.get(kind, 0) * vlen
         types.append((kind, name_off, size, kflag, members))
     return types, hdr_len + str_off
+
+
+def _sched_info_offset(
+    types: list[_Type], name: Callable[[int], str], fields: dict[str, int], member_type: dict[str, int]
+) -> int | None:
+    """Offset of ``task_struct.sched_info`` when it starts with ``u64 pcount; u64 run_delay`` (else None)."""
+    if "sched_info" not in fields:
+        return None  # CONFIG_SCHED_INFO is off
+    tid = member_type["sched_info"]
+    kind, name_off, _size, kflag, members = types[tid] if tid < len(types) else (0, 0, 0, 0, [])
+    if kind != _STRUCT or name(name_off) != "sched_info":
+        return None
+    offsets = {name(m_name): (m_off & 0xFFFFFF if kflag else m_off) // 8 for m_name, _t, m_off in members}
+    if offsets.get("pcount") != 0 or offsets.get("run_delay") != 8:
+        return None
+    return fields["sched_info"]
 
 
 def task_layout(path: Path = BTF_PATH) -> TaskLayout | None:
@@ -94,15 +115,17 @@ def _task_layout(path: Path) -> TaskLayout | None:
         return data[start : data.index(b"\0", start)].decode("ascii", "replace")
 
     fields: dict[str, int] = {}
+    member_type: dict[str, int] = {}
     arity: dict[str, int] = {}
     wanted_typedefs = {f"btf_trace_{tp}": tp for tp in RAW_TRACEPOINTS}
     for kind, name_off, size, kflag, members in types[1:]:
         if kind == _STRUCT and not fields and name(name_off) == "task_struct":
             for m_name, _m_type, m_off in members:
                 n = name(m_name)
-                if n in ("pid", "tgid", "__state", "state"):
+                if n in ("pid", "tgid", "__state", "state", "sched_info"):
                     bits = m_off & 0xFFFFFF if kflag else m_off
                     fields[n] = bits // 8
+                    member_type[n] = _m_type
         elif kind == _TYPEDEF and name(name_off) in wanted_typedefs:
             ptr = types[size] if size < len(types) else None
             if ptr and ptr[0] == _PTR and ptr[2] < len(types) and types[ptr[2]][0] == _FUNC_PROTO:
@@ -114,6 +137,7 @@ def _task_layout(path: Path) -> TaskLayout | None:
     if not switch_has_state and state is None:
         return None
     return TaskLayout(
+        sched_info_offset=_sched_info_offset(types, name, fields, member_type),
         pid_offset=fields["pid"],
         tgid_offset=fields["tgid"],
         state_offset=state,

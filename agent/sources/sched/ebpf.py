@@ -2,11 +2,12 @@
 
 bcc is Debian's ``python3-bpfcc`` (``import bcc``; the PyPI package named ``bcc`` is unrelated),
 made importable from the virtualenv by ``.ci/setup`` without the rest of the system's packages.
-The program (see its header) keeps cumulative per-thread counters and a per-process log2
-histogram in fixed-size maps; each ``drain`` reads them with one batched syscall per map
-(``BPF_MAP_LOOKUP_BATCH``; one lookup per key where the kernel lacks it), turns them into deltas
-against the previous drain (an entry that went backwards was evicted and re-created: its value is
-the delta), deletes the entries of threads that exited, and consumes the off-CPU ring buffer.
+The program (see its header) keeps cumulative per-thread counters and a per-thread log2
+histogram of runqueue waits in one fixed-size map; each ``drain`` reads it with one batched
+syscall (``BPF_MAP_LOOKUP_BATCH``; one lookup per key where the kernel lacks it), turns it into
+deltas against the previous drain (an entry whose counters went backwards was evicted and
+re-created: its value is the delta), sums the histograms per process, deletes the entries of
+threads that exited (or whose process is no longer a target), and consumes the off-CPU ring buffer.
 ``close`` detaches and unloads everything (idempotent).
 """
 
@@ -21,6 +22,7 @@ import threading
 import time
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -56,6 +58,7 @@ _METRIC_OF = {
     "faults": FAULTS,
     "rq_count": RQ_WAITS,
 }
+HIST_SLOTS = 40  # AACO_HIST_SLOTS
 THREAD_DTYPE = np.dtype(
     [
         *((c, "<u8") for c in _COUNTERS),
@@ -64,10 +67,12 @@ THREAD_DTYPE = np.dtype(
         ("flags", "<u4"),
         ("pad", "<u4"),
         ("comm", "S16"),
-        ("in_ts", "<u8"),
         ("out_ts", "<u8"),
         ("ready_ts", "<u8"),
         ("fault_ts", "<u8"),
+        ("pcount", "<u8"),
+        ("run_delay", "<u8"),
+        ("hist", "<u4", (HIST_SLOTS,)),
     ]
 )
 EVENT_DTYPE = np.dtype(
@@ -81,10 +86,18 @@ EVENT_DTYPE = np.dtype(
         ("comm", "S16"),
     ]
 )
-HIST_KEY_DTYPE = np.dtype([("tgid", "<u4"), ("slot", "<u4")])
 ST_EXITED = 2
 _COUNTER_REASONS = {0: "ringbuf_full", 1: "threads_map_full"}
 BPF_NOEXIST = 1
+
+
+def kernel_counts_waits() -> bool:
+    """Whether this kernel keeps sched_info (its run_delay and pcount move): ``/proc/self/schedstat``."""
+    try:
+        fields = Path("/proc/self/schedstat").read_text().split()
+    except OSError:
+        return False
+    return len(fields) >= 3 and int(fields[2]) > 0
 
 
 def bpf_source() -> str:
@@ -99,17 +112,18 @@ class EbpfSettings:
     all_tasks: bool = False
     max_targets: int = 1024
     max_threads: int = 16384
-    max_hist: int = 16384
     offcpu_threshold_ns: int = 0  # 0: no off-CPU interval events
     ringbuf_pages: int = 64
     max_events_per_drain: int = 10_000
     attach: str = "auto"  # raw (needs BTF offsets), classic, or auto (raw where BTF allows)
+    sched_info: bool = True  # runqueue waits from the kernel's sched_info where BTF allows (no wakeup program)
 
 
 class _Cumulative:
     """Previous cumulative values per key, to turn the kernel's counters into deltas."""
 
-    def __init__(self, width: int) -> None:
+    def __init__(self, width: int, wrap_from: int | None = None) -> None:
+        self.wrap_from = width if wrap_from is None else wrap_from
         self.keys = np.zeros(0, dtype=np.uint64)
         self.vals = np.zeros((0, width), dtype=np.uint64)
         self.tags = np.zeros(0, dtype=np.uint64)
@@ -123,6 +137,8 @@ class _Cumulative:
         Rows come back sorted by key: ``order`` is the permutation applied to the inputs.
         A key seen for the first time counts from zero; a key whose tag (the tgid of a tid)
         changed, or any of whose counters went backwards, was re-created: its value is the delta.
+        Columns from ``wrap_from`` on are u32 counters: their deltas are taken modulo 2**32 and
+        they take no part in telling a re-created entry.
         """
         order = np.argsort(keys, kind="stable")
         keys, vals, tags = keys[order], vals[order], tags[order]
@@ -132,7 +148,9 @@ class _Cumulative:
             found = (self.keys[idx] == keys) & (self.tags[idx] == tags)
             prev[found] = self.vals[idx[found]]
         delta = vals.astype(np.int64) - prev.astype(np.int64)
-        reset = (delta < 0).any(axis=1)
+        w = self.wrap_from
+        delta[:, w:] &= 0xFFFFFFFF
+        reset = (delta[:, :w] < 0).any(axis=1)
         delta[reset] = vals[reset].astype(np.int64)
         vanished = int(np.setdiff1d(self.keys, keys, assume_unique=True).size) if self.keys.size else 0
         self.keys, self.vals, self.tags = keys, vals, tags
@@ -143,6 +161,18 @@ class _Cumulative:
         if keys.size and self.keys.size:
             keep = ~np.isin(self.keys, keys)
             self.keys, self.vals, self.tags = self.keys[keep], self.vals[keep], self.tags[keep]
+
+
+def _hist_per_process(tgids: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-thread histogram deltas (rows: threads, columns: slots) summed per tgid: non-zero (tgid, slot, count)."""
+    if not tgids.size:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty
+    uniq, inverse = np.unique(tgids, return_inverse=True)
+    per = np.zeros((uniq.size, counts.shape[1]), np.int64)
+    np.add.at(per, inverse, counts)
+    rows, slots = np.nonzero(per)
+    return uniq[rows].astype(np.int64), slots.astype(np.int64), per[rows, slots]
 
 
 def _comm(raw: bytes) -> str:
@@ -188,26 +218,27 @@ class EbpfBackend:
         cflags = [
             f"-DAACO_MAX_TARGETS={settings.max_targets}",
             f"-DAACO_MAX_THREADS={settings.max_threads}",
-            f"-DAACO_MAX_HIST={settings.max_hist}",
             f"-DAACO_OFFCPU_MIN_NS={settings.offcpu_threshold_ns}ULL",
             f"-DAACO_RINGBUF_PAGES={settings.ringbuf_pages}",
         ]
         if settings.all_tasks:
             cflags.append("-DAACO_ALL_TASKS")
-        layout = task_layout() if settings.attach in ("auto", "raw") else None
+        layout = task_layout()
         if settings.attach == "raw" and layout is None:
             raise RuntimeError("raw tracepoints need the task layout from the kernel's BTF, which is unusable here")
-        self.attach = "raw" if layout is not None else "classic"
-        cflags += self._raw_flags(layout) if layout is not None else self._classic_flags()
+        self.attach = "raw" if layout is not None and settings.attach != "classic" else "classic"
+        cflags += self._raw_flags(layout) if layout is not None and self.attach == "raw" else self._classic_flags()
+        info_off = layout.sched_info_offset if layout is not None and settings.sched_info else None
+        self.rq_source = "sched_info" if info_off is not None and kernel_counts_waits() else "wakeup"
+        if self.rq_source == "sched_info":
+            cflags.append(f"-DAACO_SCHED_INFO_OFF={info_off}")
         self._bpf: Any = BPF(text=bpf_source().encode(), cflags=cflags)
         self._lib = __import__("bcc.libbcc", fromlist=["lib"]).lib
         self._targets_map = self._bpf[b"targets"]
         self._threads_map = self._bpf[b"threads"]
-        self._hist = self._bpf[b"hist"]
         self._counters = self._bpf[b"counters"]
         self._targets: set[int] = set()
-        self._threads = _Cumulative(len(_COUNTERS))
-        self._hist_prev = _Cumulative(1)
+        self._threads = _Cumulative(len(_COUNTERS) + HIST_SLOTS, wrap_from=len(_COUNTERS))
         self._counters_prev = dict.fromkeys(_COUNTER_REASONS, 0)
         self._events: list[bytes] = []
         self._events_dropped = 0
@@ -341,31 +372,28 @@ class EbpfBackend:
         ids = (vals["tid"].astype(np.uint64) << np.uint64(32)) | vals["tgid"].astype(np.uint64)
         ids, first = np.unique(ids, return_index=True)
         keys, vals = keys[first], vals[first]
-        matrix = np.stack([vals[c] for c in _COUNTERS], axis=1) if keys.size else np.zeros((0, len(_COUNTERS)), "<u8")
+        n = len(_COUNTERS)
+        matrix = np.zeros((keys.size, n + HIST_SLOTS), np.uint64)
+        for i, c in enumerate(_COUNTERS):
+            matrix[:, i] = vals[c]
+        matrix[:, n:] = vals["hist"]
         delta, evicted, order = self._threads.delta(ids, matrix, np.zeros(ids.size, np.uint64))
         vals, keys, ids = vals[order], keys[order], ids[order]
         tids = vals["tid"].astype(np.int64)
         tgids = vals["tgid"].astype(np.int64)
         exited = (vals["flags"] & ST_EXITED) != 0
-        busy = delta.any(axis=1)
+        busy = delta[:, :n].any(axis=1)
         comms = [_comm(c) for c in vals["comm"][busy]]
         threads = ThreadDeltas(
             tgids[busy], tids[busy], comms, {_METRIC_OF[c]: delta[busy, i] for i, c in enumerate(_COUNTERS)}
         )
-        if exited.any():
-            self._delete(self._threads_map, keys[exited])
-            self._threads.forget(ids[exited])
+        # Entries to delete after this last read: exited threads, and threads of former targets.
+        gone = exited if self.settings.all_tasks else exited | ~np.isin(tgids, list(self._targets))
+        if gone.any():
+            self._delete(self._threads_map, keys[gone])
+            self._threads.forget(ids[gone])
         ended = sorted(set(tids[exited & (tids == tgids)].tolist()))
-
-        hkeys, hvals = self._read(self._hist, HIST_KEY_DTYPE, np.dtype("<u8"))
-        packed = (hkeys["tgid"].astype(np.uint64) << np.uint64(32)) | hkeys["slot"].astype(np.uint64)
-        hdelta, _, horder = self._hist_prev.delta(packed, hvals.reshape(-1, 1), np.zeros(packed.size, np.uint64))
-        hkeys = hkeys[horder]
-        if ended:
-            done = np.isin(hkeys["tgid"], ended)
-            if done.any():
-                self._delete(self._hist, hkeys[done])
-                self._hist_prev.forget(packed[horder][done])
+        hist_tgid, hist_slot, hist_count = _hist_per_process(tgids, delta[:, n:])
         dropped = self._kernel_drops()
         if evicted:
             dropped["stats_evicted"] = dropped.get("stats_evicted", 0) + evicted
@@ -377,9 +405,9 @@ class EbpfBackend:
             ts_ns=now,
             interval_ns=interval,
             threads=threads,
-            hist_tgid=hkeys["tgid"].astype(np.int64),
-            hist_slot=hkeys["slot"].astype(np.int64),
-            hist_count=hdelta[:, 0] if hdelta.size else np.zeros(0, np.int64),
+            hist_tgid=hist_tgid,
+            hist_slot=hist_slot,
+            hist_count=hist_count,
             events=events,
             exited=ended,
             dropped=dropped,
@@ -420,11 +448,9 @@ class EbpfBackend:
         for name, table, kd, vd in (
             ("targets", self._targets_map, np.dtype("<u4"), np.dtype("u1")),
             ("threads", self._threads_map, np.dtype("<u8"), THREAD_DTYPE),
-            ("hist", self._hist, HIST_KEY_DTYPE, np.dtype("<u8")),
         ):
             out[name] = int(self._read(table, kd, vd)[0].size)
         out["user_threads"] = len(self._threads)
-        out["user_hist"] = len(self._hist_prev)
         return out
 
     def kernel_targets(self) -> set[int]:

@@ -1,9 +1,10 @@
 // AACO sched source: the eBPF program (bcc), loaded by aaco.agent.sources.sched.ebpf.
 //
-// Tracepoints only (kprobes may be unavailable): sched:sched_switch, sched:sched_wakeup,
-// sched:sched_wakeup_new, sched:sched_process_exit, exceptions:page_fault_user, plus
-// task:task_newtask (its clone_flags tell a new thread from a new process, so threads a target
-// creates are tracked from their first wakeup) and sched:sched_process_exec (a new name).
+// Tracepoints only (kprobes may be unavailable): sched:sched_switch, sched:sched_process_exit,
+// exceptions:page_fault_user, task:task_newtask (its clone_flags tell a new thread from a new
+// process, so threads a target creates are tracked from birth), sched:sched_process_exec (a new
+// name), and, only where the kernel's run-queue accounting cannot be read (below),
+// sched:sched_wakeup and sched:sched_wakeup_new.
 //
 // Two ways to attach, one set of handlers. With AACO_RAW the tracepoints are attached raw
 // (BPF_RAW_TRACEPOINT_OPEN: no perf record is built per event, which on a context-switch storm
@@ -13,43 +14,51 @@
 // AACO_RAW they are classic tracepoints and everything comes from their formatted arguments.
 //
 // Filtering happens here: a task is traced when its tgid is in `targets` (the agent maintains it)
-// or, compiled with AACO_ALL_TASKS, always. Aggregation happens here too: per tid on-CPU and
-// off-CPU ns, runqueue wait, voluntary and involuntary switches, page faults; a log2 histogram of
-// runqueue latency (wakeup or preemption to switch-in) per tgid. The agent drains the cumulative
-// maps every interval; nothing goes to user space per switch, except, when AACO_OFFCPU_MIN_NS > 0,
+// or, compiled with AACO_ALL_TASKS, always. Aggregation happens here too: per thread on-CPU and
+// off-CPU ns, runqueue wait, voluntary and involuntary switches, page faults, and a log2 histogram
+// of its runqueue waits (the agent sums them per process). The agent drains the cumulative map
+// every interval; nothing goes to user space per switch, except, when AACO_OFFCPU_MIN_NS > 0,
 // off-CPU intervals at least that long through a bounded ring buffer (losses are counted).
 //
-// Cost: one LRU-hash lookup per side of a switch and per wakeup (the counters and the timing state
-// of a thread share one entry), one more into the histogram after a wait; the thread's name is
-// copied only when its entry is created and at exec. Raw attachments key threads by their
-// task_struct pointer, which every raw tracepoint hands over, so the hot path reads no kernel
-// memory (bpf_probe_read_kernel is the most expensive helper here); the tid and tgid are read once,
-// when an entry is created, and kept in it. A new task's entry is reset at task_newtask, so a
-// recycled task_struct never inherits another thread's counters.
+// Cost (see docs/sched.md): every figure is taken on the *switching-out* side, where the thread
+// is `current`, so a switch does one lookup in the thread map and never touches the incoming
+// thread. A per-CPU slot holds the time of the CPU's last switch, which is when the outgoing
+// thread came in: its slice is now minus that, and the gap before the slice (its previous switch-
+// out to that time) is its off-CPU interval. With AACO_SCHED_INFO_OFF (the offset of
+// task_struct.sched_info, from BTF), runqueue waits are the kernel's own: sched_info.pcount and
+// .run_delay (one 16-byte read) against their values at the thread's previous switch-out, so no
+// wakeup program runs at all. Without it, sched_wakeup marks when a thread became runnable and the
+// switch-out takes the wait from there to the slice's start. Raw attachments key threads by their
+// task_struct pointer; the tid and tgid of a thread are those of `current` when its entry is made.
+// A new task's entry is reset at task_newtask, so a recycled task_struct never inherits another
+// thread's counters.
 //
 // Bounds: every map has a fixed size; the per-thread map is an LRU hash, so thousands of
 // short-lived tasks never grow it. An exiting thread's entry is flagged: its final switch (its
 // prev_state is X or Z) credits its last slice, and the agent reads it one last time and deletes it.
 //
-// Settings (cflags): AACO_MAX_TARGETS, AACO_MAX_THREADS, AACO_MAX_HIST, AACO_OFFCPU_MIN_NS,
-// AACO_RINGBUF_PAGES, AACO_ALL_TASKS (defined or not), AACO_HAVE_GROUP_DEAD (the running kernel's
-// sched_process_exit has the group_dead argument); raw: AACO_RAW, AACO_PID_OFF, AACO_TGID_OFF,
-// AACO_SWITCH_HAS_STATE (sched_switch passes prev_state) or AACO_STATE_OFF.
+// Settings (cflags): AACO_MAX_TARGETS, AACO_MAX_THREADS, AACO_OFFCPU_MIN_NS, AACO_RINGBUF_PAGES,
+// AACO_ALL_TASKS (defined or not), AACO_HAVE_GROUP_DEAD (the running kernel's sched_process_exit
+// has the group_dead argument), AACO_SCHED_INFO_OFF (optional); raw: AACO_RAW, AACO_PID_OFF,
+// AACO_TGID_OFF, AACO_SWITCH_HAS_STATE (sched_switch passes prev_state) or AACO_STATE_OFF.
 
 #define AACO_STATE_MASK 0xff        // classic prev_state bits of a sleeping task; 0: runnable (preempted or yielded)
 #define AACO_UNINTERRUPTIBLE 0x2    // TASK_UNINTERRUPTIBLE, both as reported ("D") and raw
 #define AACO_DEAD_MASK 0x30         // classic: EXIT_DEAD ("X") | EXIT_ZOMBIE ("Z"): the task's final switch
 #define AACO_TASK_DEAD 0x80         // raw: TASK_DEAD in __state
 #define AACO_CLONE_THREAD 0x10000ULL
+#define AACO_HIST_SLOTS 40          // log2 slots of a wait in ns; the last also holds longer waits (>= 2^39 ns)
 
 #define ST_FAULT_BLOCK 1  // the last switch-out was an uninterruptible sleep after a page fault in the same slice
 #define ST_EXITED 2       // sched_process_exit seen: the agent reads the entry once more, then deletes it
+#define ST_INFO_SEEN 4    // pcount and run_delay hold the kernel's values at the last switch-out
 
 #define CNT_RINGBUF_LOST 0
 #define CNT_THREADS_FULL 1
 
 // One entry per thread, keyed by task_struct pointer (raw) or tid (classic): cumulative counters
-// (the agent reads them), then transient timing state.
+// (the agent reads them), then timing state. The histogram's counts are u32 (the agent takes their
+// deltas modulo 2^32) to keep the entry, which a new thread's creation builds on the stack, small.
 struct aaco_thread_t {
     u64 oncpu_ns;
     u64 offcpu_ns;
@@ -64,15 +73,12 @@ struct aaco_thread_t {
     u32 flags;
     u32 pad;
     char comm[16];
-    u64 in_ts;     // switched in at (0: not on CPU, or not seen yet)
-    u64 out_ts;    // switched out at (0: on CPU, or not seen yet)
-    u64 ready_ts;  // runnable since (wakeup or preemption; 0: not waiting)
+    u64 out_ts;    // switched out at (0: not seen switching out yet)
+    u64 ready_ts;  // runnable since (wakeup or preemption; 0: not waiting); without AACO_SCHED_INFO_OFF
     u64 fault_ts;  // last user page fault in the current slice (0: none)
-};
-
-struct aaco_hist_key_t {
-    u32 tgid;
-    u32 slot;  // floor(log2(latency ns))
+    u64 pcount;    // sched_info.pcount at the last switch-out (ST_INFO_SEEN)
+    u64 run_delay; // sched_info.run_delay at the last switch-out (ST_INFO_SEEN)
+    u32 hist[AACO_HIST_SLOTS];
 };
 
 struct aaco_offcpu_event_t {
@@ -87,7 +93,7 @@ struct aaco_offcpu_event_t {
 
 BPF_HASH(targets, u32, u8, AACO_MAX_TARGETS);
 BPF_TABLE("lru_hash", u64, struct aaco_thread_t, threads, AACO_MAX_THREADS);
-BPF_TABLE("lru_hash", struct aaco_hist_key_t, u64, hist, AACO_MAX_HIST);
+BPF_PERCPU_ARRAY(last_switch, u64, 1);  // per CPU: when it last switched (boot ns), i.e. when `current` came in
 BPF_PERCPU_ARRAY(counters, u64, 4);
 #if AACO_OFFCPU_MIN_NS > 0
 BPF_RINGBUF_OUTPUT(offcpu_events, AACO_RINGBUF_PAGES);
@@ -127,7 +133,6 @@ static __always_inline struct aaco_thread_t *aaco_thread(u64 key, u32 tid, u32 t
     return t;
 }
 
-
 static __always_inline u32 aaco_read_u32(void *task, u32 offset) {
     u32 v = 0;
 #ifdef AACO_RAW
@@ -135,6 +140,15 @@ static __always_inline u32 aaco_read_u32(void *task, u32 offset) {
         bpf_probe_read_kernel(&v, sizeof(v), (char *)task + offset);
 #endif
     return v;
+}
+
+static __always_inline void aaco_wait(struct aaco_thread_t *t, u64 wait, u64 waits) {
+    t->rq_wait_ns += wait;
+    t->rq_count += waits;
+    u32 slot = bpf_log2l(waits > 1 ? wait / waits : wait);
+    if (slot >= AACO_HIST_SLOTS)
+        slot = AACO_HIST_SLOTS - 1;
+    t->hist[slot] += waits;
 }
 
 #ifdef AACO_RAW
@@ -149,123 +163,104 @@ static __always_inline u32 aaco_read_u32(void *task, u32 offset) {
 
 // -- handlers -----------------------------------------------------------------------------------
 
-// A switch from `prev` (== current, key `prev_key`) to the thread under `next_key`; `next_task` is
-// its task_struct (raw) and `next_tid` its tid (classic; raw: 0, read only to create an entry).
-static __always_inline int aaco_switch(u64 prev_key, u32 prev, u64 next_key, u32 next_tid, void *next_task,
-                                       int involuntary, int uninterruptible, int dead) {
+// A switch away from `current` (tid `prev`, key `prev_key`, task_struct `prev_task`).
+static __always_inline int aaco_switch(u64 prev_key, u32 prev, void *prev_task, int involuntary,
+                                       int uninterruptible, int dead) {
     u64 now = bpf_ktime_get_boot_ns();
+    u32 zero_idx = 0;
+    u64 *last = last_switch.lookup(&zero_idx);
+    if (!last)
+        return 0;
+    u64 in_ts = *last;  // when `current` came in (0: before this program was attached)
+    *last = now;
+    if (prev == 0)
+        return 0;  // the idle task
 
-    if (prev != 0 && dead) {
-        // The final switch of an exiting thread: credit its last slice.
-        struct aaco_thread_t *t = threads.lookup(&prev_key);
-        if (t) {
-            if (t->in_ts && now > t->in_ts)
-                t->oncpu_ns += now - t->in_ts;
-            t->in_ts = 0;
-            t->flags |= ST_EXITED;
-#ifdef AACO_RAW
-            // Its task_struct is about to be freed and recycled: keep the final counters under its tid
-            // (never a kernel address) until the agent has read them.
-            u64 tid_key = prev;
-            threads.update(&tid_key, t);
-            threads.delete(&prev_key);
-#endif
-        }
-    } else if (prev != 0) {
-        // The switching-out thread is still `current`: its tgid comes from the helper.
+    struct aaco_thread_t *t;
+    if (dead) {
+        t = threads.lookup(&prev_key);  // credited only when already traced
+    } else {
         u32 tgid = bpf_get_current_pid_tgid() >> 32;
-        if (aaco_wanted(tgid)) {
-            struct aaco_thread_t *t = aaco_thread(prev_key, prev, tgid);
-            if (t) {
-                if (t->in_ts && now > t->in_ts)
-                    t->oncpu_ns += now - t->in_ts;
-                if (involuntary) {
-                    // Preempted (or yielded): still runnable, so it waits on the runqueue from now.
-                    t->involuntary++;
-                    t->ready_ts = now;
-                    t->flags &= ~ST_FAULT_BLOCK;
+        if (!aaco_wanted(tgid))
+            return 0;
+        t = aaco_thread(prev_key, prev, tgid);
+    }
+    if (!t)
+        return 0;
+
+    if (in_ts && now > in_ts) {
+        t->oncpu_ns += now - in_ts;
+        if (t->out_ts && in_ts > t->out_ts) {
+            // The gap before this slice: an off-CPU interval.
+            u64 off = in_ts - t->out_ts;
+            t->offcpu_ns += off;
+            if (t->flags & ST_FAULT_BLOCK)
+                t->fault_offcpu_ns += off;
+#if AACO_OFFCPU_MIN_NS > 0
+            if (off >= AACO_OFFCPU_MIN_NS) {
+                struct aaco_offcpu_event_t *e = offcpu_events.ringbuf_reserve(sizeof(*e));
+                if (e) {
+                    e->start_ns = t->out_ts;
+                    e->end_ns = in_ts;
+                    e->tgid = t->tgid;
+                    e->tid = t->tid;
+                    e->flags = t->flags;
+                    e->pad = 0;
+                    __builtin_memcpy(e->comm, t->comm, sizeof(e->comm));
+                    offcpu_events.ringbuf_submit(e, 0);
                 } else {
-                    t->voluntary++;
-                    t->ready_ts = 0;
-                    if (uninterruptible && t->fault_ts)
-                        t->flags |= ST_FAULT_BLOCK;
-                    else
-                        t->flags &= ~ST_FAULT_BLOCK;
+                    aaco_count(CNT_RINGBUF_LOST);
                 }
-                t->fault_ts = 0;
-                t->in_ts = 0;
-                t->out_ts = now;
-                if (t->comm[0] == 0)
-                    bpf_get_current_comm(&t->comm, sizeof(t->comm));
             }
+#endif
         }
     }
 
-    if (next_key != 0) {
-        struct aaco_thread_t *t = threads.lookup(&next_key);
-#ifdef AACO_ALL_TASKS
-        if (!t) {
-            u32 tid = AACO_TID_OF(next_task, next_tid);
-            if (tid == 0)
-                return 0;  // the idle task
-            t = aaco_thread(next_key, tid, AACO_TGID_OF(next_task));
-        }
+#ifdef AACO_SCHED_INFO_OFF
+    // The kernel's own runqueue accounting: the waits (and their total) since the last switch-out.
+    u64 info[2] = {};  // struct sched_info { unsigned long pcount; unsigned long long run_delay; ... }
+    bpf_probe_read_kernel(info, sizeof(info), (char *)prev_task + AACO_SCHED_INFO_OFF);
+    if ((t->flags & ST_INFO_SEEN) && info[0] > t->pcount && info[1] >= t->run_delay)
+        aaco_wait(t, info[1] - t->run_delay, info[0] - t->pcount);
+    t->pcount = info[0];
+    t->run_delay = info[1];
+    t->flags |= ST_INFO_SEEN;
+#else
+    // Runnable since a wakeup or a preemption before this slice began: that wait ended at `in_ts`.
+    if (t->ready_ts && in_ts >= t->ready_ts)
+        aaco_wait(t, in_ts - t->ready_ts, 1);
+    t->ready_ts = (involuntary && !dead) ? now : 0;
 #endif
-        if (t) {
-            u32 tgid = t->tgid;
-            u32 next = t->tid;
-#ifndef AACO_ALL_TASKS
-            if (tgid == 0 || !aaco_wanted(tgid)) {
-                threads.delete(&next_key);  // its process is no longer a target
-                return 0;
-            }
+
+    if (dead) {
+        t->flags |= ST_EXITED;
+#ifdef AACO_RAW
+        // Its task_struct is about to be freed and recycled: keep the final counters under its tid
+        // (never a kernel address) until the agent has read them.
+        u64 tid_key = prev;
+        threads.update(&tid_key, t);
+        threads.delete(&prev_key);
 #endif
-            if (t->out_ts && now > t->out_ts) {
-                u64 off = now - t->out_ts;
-                t->offcpu_ns += off;
-                if (t->flags & ST_FAULT_BLOCK)
-                    t->fault_offcpu_ns += off;
-#if AACO_OFFCPU_MIN_NS > 0
-                if (off >= AACO_OFFCPU_MIN_NS) {
-                    struct aaco_offcpu_event_t *e = offcpu_events.ringbuf_reserve(sizeof(*e));
-                    if (e) {
-                        e->start_ns = t->out_ts;
-                        e->end_ns = now;
-                        e->tgid = tgid;
-                        e->tid = next;
-                        e->flags = t->flags;
-                        e->pad = 0;
-                        __builtin_memcpy(e->comm, t->comm, sizeof(e->comm));
-                        offcpu_events.ringbuf_submit(e, 0);
-                    } else {
-                        aaco_count(CNT_RINGBUF_LOST);
-                    }
-                }
-#endif
-            }
-            if (t->ready_ts && now > t->ready_ts) {
-                u64 lat = now - t->ready_ts;
-                t->rq_wait_ns += lat;
-                t->rq_count++;
-                if (tgid) {
-                    struct aaco_hist_key_t key = {};
-                    key.tgid = tgid;
-                    key.slot = bpf_log2l(lat);
-                    u64 zero = 0;
-                    u64 *slot = hist.lookup_or_try_init(&key, &zero);
-                    if (slot)
-                        __sync_fetch_and_add(slot, 1);
-                }
-            }
-            t->out_ts = 0;
-            t->ready_ts = 0;
-            t->in_ts = now;
-            t->flags &= ~ST_FAULT_BLOCK;
-        }
+        return 0;
     }
+    if (involuntary) {
+        t->involuntary++;
+        t->flags &= ~ST_FAULT_BLOCK;
+    } else {
+        t->voluntary++;
+        if (uninterruptible && t->fault_ts)
+            t->flags |= ST_FAULT_BLOCK;
+        else
+            t->flags &= ~ST_FAULT_BLOCK;
+    }
+    t->fault_ts = 0;
+    t->out_ts = now;
+    if (t->comm[0] == 0)
+        bpf_get_current_comm(&t->comm, sizeof(t->comm));
     return 0;
 }
 
+#ifndef AACO_SCHED_INFO_OFF
 static __always_inline int aaco_wakeup(u64 key, u32 tid, void *task) {
     struct aaco_thread_t *t = threads.lookup(&key);
 #ifdef AACO_ALL_TASKS
@@ -276,11 +271,13 @@ static __always_inline int aaco_wakeup(u64 key, u32 tid, void *task) {
         t = aaco_thread(key, id, AACO_TGID_OF(task));
     }
 #endif
-    // A wakeup of a thread that is on a CPU, or already waiting, does not start a new wait.
-    if (t && t->in_ts == 0 && t->ready_ts == 0)
+    // A wakeup of a thread already waiting does not start a new wait; one that lands while the
+    // thread is still on its CPU is later than the slice's start, and the switch-out ignores it.
+    if (t && t->ready_ts == 0)
         t->ready_ts = bpf_ktime_get_boot_ns();
     return 0;
 }
+#endif
 
 static __always_inline int aaco_newtask(u64 key, u32 child, u64 clone_flags) {
     // `current` is the parent; a thread joins its tgid, a new process is its own tgid.
@@ -292,6 +289,9 @@ static __always_inline int aaco_newtask(u64 key, u32 child, u64 clone_flags) {
     struct aaco_thread_t zero = {};
     zero.tid = child;
     zero.tgid = tgid;
+#ifdef AACO_SCHED_INFO_OFF
+    zero.flags = ST_INFO_SEEN;  // a new task's sched_info starts at zero
+#endif
     threads.update(&key, &zero);
     return 0;
 }
@@ -347,10 +347,11 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     u32 prev = (u32)bpf_get_current_pid_tgid();
     // As the kernel counts them: a switch is voluntary when not preempted and the task was not runnable.
     int involuntary = preempt || state == 0;
-    return aaco_switch(ctx->args[1], prev, ctx->args[2], 0, (void *)ctx->args[2], involuntary,
+    return aaco_switch(ctx->args[1], prev, (void *)ctx->args[1], involuntary,
                        !involuntary && (state & AACO_UNINTERRUPTIBLE), (state & AACO_TASK_DEAD) != 0);
 }
 
+#ifndef AACO_SCHED_INFO_OFF
 RAW_TRACEPOINT_PROBE(sched_wakeup) {
     return aaco_wakeup(ctx->args[0], 0, (void *)ctx->args[0]);
 }
@@ -358,6 +359,7 @@ RAW_TRACEPOINT_PROBE(sched_wakeup) {
 RAW_TRACEPOINT_PROBE(sched_wakeup_new) {
     return aaco_wakeup(ctx->args[0], 0, (void *)ctx->args[0]);
 }
+#endif
 
 RAW_TRACEPOINT_PROBE(task_newtask) {
     return aaco_newtask(ctx->args[0], aaco_read_u32((void *)ctx->args[0], AACO_PID_OFF), ctx->args[1]);
@@ -384,11 +386,11 @@ RAW_TRACEPOINT_PROBE(page_fault_user) {
 TRACEPOINT_PROBE(sched, sched_switch) {
     long state = args->prev_state;
     u32 prev = args->prev_pid;
-    u32 next = args->next_pid;
-    return aaco_switch(prev, prev, next, next, NULL, (state & AACO_STATE_MASK) == 0,
+    return aaco_switch(prev, prev, (void *)bpf_get_current_task(), (state & AACO_STATE_MASK) == 0,
                        (state & AACO_UNINTERRUPTIBLE) != 0, (state & AACO_DEAD_MASK) != 0);
 }
 
+#ifndef AACO_SCHED_INFO_OFF
 TRACEPOINT_PROBE(sched, sched_wakeup) {
     u32 tid = args->pid;
     return aaco_wakeup(tid, tid, NULL);
@@ -398,6 +400,7 @@ TRACEPOINT_PROBE(sched, sched_wakeup_new) {
     u32 tid = args->pid;
     return aaco_wakeup(tid, tid, NULL);
 }
+#endif
 
 TRACEPOINT_PROBE(task, task_newtask) {
     u32 tid = args->pid;

@@ -129,7 +129,6 @@ def select_backend(cfg: SchedSourceConfig) -> tuple[SchedBackend, str]:
             all_tasks=cfg.all_tasks,
             max_targets=cfg.max_processes,
             max_threads=cfg.max_threads,
-            max_hist=min(1 << 20, cfg.max_processes * 64),
             offcpu_threshold_ns=int(cfg.offcpu_threshold_ms * 1e6),
             max_events_per_drain=cfg.max_offcpu_events,
         )

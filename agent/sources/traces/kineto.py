@@ -81,6 +81,7 @@ _ROLES = {
 EPOCH_US_FLOOR = 1e15  # 2001-09-09 in microseconds: a ts above it is epoch-based
 _STEP_PREFIX = "ProfilerStep#"
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 _INT_COLS = ("correlation_id", "bytes", "grid_x", "grid_y", "grid_z", "workgroup_x", "workgroup_y", "workgroup_z")
 
 
@@ -105,9 +106,30 @@ class _Events:
     procs: ProcessInfo = field(default_factory=ProcessInfo)
 
 
+def _need(v: Any) -> int | None:
+    """``need_int``, its common case (an int within int64) first: this runs for every event."""
+    if type(v) is int and _I64_MIN <= v <= _I64_MAX:
+        return v
+    return need_int(v)
+
+
+def _opt(v: Any, skipped: Counter[str]) -> int | None:
+    """``opt_int``, its common case first."""
+    if type(v) is int and _I64_MIN <= v <= _I64_MAX:
+        return v
+    return opt_int(v, skipped)
+
+
+def _num(v: Any) -> float | None:
+    """``num``, its common case (a finite float) first."""
+    if type(v) is float and v - v == 0.0:
+        return v
+    return num(v)
+
+
 def _dims(v: Any, skipped: Counter[str]) -> tuple[int | None, int | None, int | None]:
     if isinstance(v, list) and len(v) == 3:
-        return (opt_int(v[0], skipped), opt_int(v[1], skipped), opt_int(v[2], skipped))
+        return (_opt(v[0], skipped), _opt(v[1], skipped), _opt(v[2], skipped))
     return (None, None, None)
 
 
@@ -151,7 +173,7 @@ def _collect(events: Iterable[Any], skipped: Counter[str], out: _Events) -> None
         role = _ROLES.get(ev.get("cat")) if ph == "X" else None  # type: ignore[arg-type]
         if role is None:
             continue
-        ts, dur = num(ev.get("ts")), num(ev.get("dur"))
+        ts, dur = _num(ev.get("ts")), _num(ev.get("dur"))
         if ts is None or dur is None or dur < 0:
             skipped["bad_time"] += 1
             continue
@@ -175,9 +197,9 @@ def _add_gpu(
         skipped[name_reason(name)] += 1
         return
     gpu = out.gpu
-    corr = need_int(args.get("correlation"))
-    lane, lane_tid = need_int(ev.get("pid")), need_int(ev.get("tid"))
-    device, stream = need_int(args.get("device")), need_int(args.get("stream"))
+    corr = _need(args.get("correlation"))
+    lane, lane_tid = _need(ev.get("pid")), _need(ev.get("tid"))
+    device, stream = _need(args.get("device")), _need(args.get("stream"))
     if lane is not None:
         out.gpu_lanes.add(lane)
     gpu["name"].append(name)
@@ -185,8 +207,8 @@ def _add_gpu(
     gpu["device"].append(device if device is not None else lane)
     gpu["stream"].append(stream if stream is not None else lane_tid)
     gpu["correlation_id"].append(corr)
-    gpu["ext"].append(opt_int(args.get("External id"), skipped))
-    gpu["bytes"].append(opt_int(args.get("bytes"), skipped))
+    gpu["ext"].append(_opt(args.get("External id"), skipped))
+    gpu["bytes"].append(_opt(args.get("bytes"), skipped))
     for prefix, value in (("grid", args.get("grid")), ("workgroup", args.get("block"))):
         for axis, v in zip("xyz", _dims(value, skipped), strict=True):
             gpu[f"{prefix}_{axis}"].append(v)
@@ -198,10 +220,10 @@ def _add_launch(
     out: _Events, ev: dict[str, Any], ts: float, dur: float, args: dict[str, Any], skipped: Counter[str]
 ) -> None:
     """A runtime call that launched GPU work (by correlation id)."""
-    pid = need_int(ev.get("pid"))
+    pid = _need(ev.get("pid"))
     if pid is not None:
         out.launch_pids.add(pid)
-    corr, tid = need_int(args.get("correlation")), need_int(ev.get("tid"))
+    corr, tid = _need(args.get("correlation")), _need(ev.get("tid"))
     if corr is None:
         return
     name = ev.get("name")
@@ -217,10 +239,10 @@ def _add_op(
     out: _Events, ev: dict[str, Any], ts: float, dur: float, args: dict[str, Any], skipped: Counter[str]
 ) -> None:
     """A framework operator: its name, by External id, for the kernels it ran."""
-    pid = need_int(ev.get("pid"))
+    pid = _need(ev.get("pid"))
     if pid is not None:
         out.op_pids.add(pid)
-    ext, name = need_int(args.get("External id")), ev.get("name")
+    ext, name = _need(args.get("External id")), ev.get("name")
     if ext is not None and isinstance(name, str) and ext not in out.ops:
         if name_ok(name):
             out.ops[ext] = name

@@ -11,7 +11,8 @@ it reads on a real node. Three processes run side by side for the same wall time
 - baseline: an idle Python process (``time.sleep``), the floor of any Python process.
 
 CPU share is (user + system CPU time) / wall time over the measurement window, after a warm-up that
-leaves out start-up; RSS is read from /proc at the end (VmRSS) with the peak (VmHWM). The machine
+leaves out start-up; RSS is read from /proc at the end (VmRSS) with the peak (VmHWM), and the RSS goal
+holds for both. Where the memory and the CPU time go: docs/performance.md. The machine
 is shared, so figures are noisy: they are reported with their baseline. Prints one JSON line.
 """
 
@@ -162,7 +163,7 @@ def main() -> None:
     result["agent_cpu_share_over_baseline"] = round(float(a) - float(b), 5)  # type: ignore[arg-type]
     result["goal"] = {"cpu_share": 0.01, "rss_mib": 120}
     result["meets_cpu_goal"] = float(a) <= 0.01  # type: ignore[arg-type]
-    result["meets_rss_goal"] = float(result["agent_rss_mib"]) <= 120  # type: ignore[arg-type]
+    result["meets_rss_goal"] = max(float(result["agent_rss_mib"]), float(result["agent_peak_rss_mib"])) <= 120  # type: ignore[arg-type]
     print(json.dumps(result))
 
 

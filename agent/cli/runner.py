@@ -116,12 +116,21 @@ def use_system_memory_pool() -> None:
     Over a run of 8 GPUs at 1 Hz with the lake on, mimalloc's segments and retained pages held ~9 MiB
     more than malloc (docs/performance.md, "Memory and CPU budget"); the daemon builds small batches,
     where mimalloc's speed does not show. It is Arrow's own setting, ``ARROW_DEFAULT_MEMORY_POOL``, read
-    when pyarrow is imported (``pa.set_memory_pool`` afterwards changes the pool of Python-side calls
-    only, not the Parquet writer's or the compute kernels', and mimalloc is set up by then). So it is
-    set before pyarrow is imported, left as it is when the user set it, and inherited by child
-    processes (for them too it only picks Arrow's allocator).
+    once when Arrow's default pool is first made (``pa.set_memory_pool`` afterwards changes the pool of
+    Python-side calls only, not the Parquet writer's or the compute kernels'). So it is set, the pool
+    made, and the variable put back as it was: a user's own setting wins, and processes the agent
+    starts (a capture's profiled workload) keep their own allocator.
     """
-    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+    before = os.environ.get("ARROW_DEFAULT_MEMORY_POOL")
+    if before is not None:
+        return
+    os.environ["ARROW_DEFAULT_MEMORY_POOL"] = "system"
+    try:
+        import pyarrow as pa
+
+        pa.default_memory_pool()
+    finally:
+        del os.environ["ARROW_DEFAULT_MEMORY_POOL"]
 
 
 def run_service(

@@ -24,6 +24,11 @@
   the start is as exact as the loaded double allows (within 125 ns for epoch microseconds with a
   nanosecond fraction, exact with a base or integer microseconds).
 
+Files are read in bounded memory (``kineto_stream``): the events arrive in batches and are folded
+into columns (``_collect``), the keys outside ``traceEvents`` (base time, devices) are read when the
+file ends, wherever they stand, and the tables are built from the columns (``_convert``), as
+``parse_kineto`` does for a loaded document.
+
 Bad input is counted in ``skipped`` and left out, never raised (``json_values``): an event whose
 time is not a finite number (``bad_time``) or lands outside 1990..2100 (``time_out_of_range``), an
 id, pid, tid, device, stream or correlation beyond int64 (``int_out_of_range``), a kernel name that
@@ -82,6 +87,7 @@ EPOCH_US_FLOOR = 1e15  # 2001-09-09 in microseconds: a ts above it is epoch-base
 _STEP_PREFIX = "ProfilerStep#"
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+_GRID, _WORKGROUP = ("grid_x", "grid_y", "grid_z"), ("workgroup_x", "workgroup_y", "workgroup_z")
 _INT_COLS = ("correlation_id", "bytes", "grid_x", "grid_y", "grid_z", "workgroup_x", "workgroup_y", "workgroup_z")
 
 
@@ -209,9 +215,9 @@ def _add_gpu(
     gpu["correlation_id"].append(corr)
     gpu["ext"].append(_opt(args.get("External id"), skipped))
     gpu["bytes"].append(_opt(args.get("bytes"), skipped))
-    for prefix, value in (("grid", args.get("grid")), ("workgroup", args.get("block"))):
-        for axis, v in zip("xyz", _dims(value, skipped), strict=True):
-            gpu[f"{prefix}_{axis}"].append(v)
+    for keys, value in ((_GRID, args.get("grid")), (_WORKGROUP, args.get("block"))):
+        for key, v in zip(keys, _dims(value, skipped), strict=True):
+            gpu[key].append(v)
     out.gpu_ts.append(ts)
     out.gpu_dur.append(dur)
 

@@ -7,20 +7,24 @@ streamed, sizes bounded) in blocks of ``BLOCK`` bytes:
 
 1. the bytes before the array are kept (at most ``MAX_OUTSIDE`` bytes) and scanned (``json_scan``)
    until the ``[`` of ``"traceEvents":`` one level down;
-2. each window of the array is scanned from an event boundary (where the depth is known: two,
-   outside any string, so a fresh scanner starts exact), the events wholly inside it are parsed in
-   batches of ``BATCH_EVENTS`` with one orjson call each (``json_salvage``'s batch reader: a batch
-   orjson refuses is split down to the event, read by the standard library or counted
-   ``invalid_json``) and handed out; the unfinished event at the window's end starts the next one;
+2. each window of the array starts at an event boundary. Fast path: everything up to the window's
+   last ``},{`` is parsed with one orjson call (``_fast``): exact, because ``[`` + those bytes +
+   ``]`` parse only when that ``}`` closes an event outside any string; a ``},{`` inside a string
+   or nested args leaves a string or bracket open and orjson refuses. Otherwise (or on damage) the
+   window is scanned (``json_scan``: quotes, escapes, nesting; a fresh scanner starts exact at a
+   boundary: two levels down, outside any string), the events wholly inside it are parsed in
+   batches of ``BATCH_EVENTS`` (``json_salvage``'s batch reader: a batch orjson refuses is split
+   down to the event, read by the standard library or counted ``invalid_json``). The unfinished
+   event at the window's end starts the next window;
 3. the bytes after the array are kept (at most ``MAX_OUTSIDE``) and the keys outside the array are
    parsed once the file ends, with an empty array in its place: ``rest``.
 
-Memory is the window (a block plus one unfinished event, at most ``MAX_EVENT`` bytes), one batch of
-parsed events, and the keys outside the array, whatever the file's size. The boundaries come from
-the scan of the bytes themselves (quotes, escapes, nesting), never from the layout (``}, {``), so a
-string holding ``}, {`` or an args object nested in an event splits nothing. Hand-written over
-library parts (``json_scan``'s vectorised scan, orjson per batch) because the streaming parsers on
-hand (ijson) build events in Python at a fraction of orjson's speed.
+Memory is the window (a block plus one unfinished event, at most ``MAX_EVENT`` bytes), one window's
+parsed events, and the keys outside the array, whatever the file's size. Boundaries are never taken
+from the layout alone, so a string holding ``}, {`` or args nested in an event split nothing.
+Hand-written over library parts (orjson per window, ``json_scan``'s vectorised scan) because the
+streaming parser on hand (ijson) builds events in Python at a fraction of orjson's speed, and
+orjson has no streaming mode.
 
 Damage is what ``json_salvage`` makes of a whole document, counted and kept in ``skipped`` and
 ``bad_rows``: a cut ends the events there (``truncated_json``), a damaged gzip stream keeps what
@@ -84,7 +88,7 @@ class EventStream:
         return LoadedJson(self.rest, self.skipped, self.bad_rows)
 
     def batches(self) -> Iterator[list[Any]]:
-        """The events in file order, at most ``BATCH_EVENTS`` a batch; ``rest`` is set at the end."""
+        """The events in file order, a window's at a time (at most one window's); ``rest`` is set at the end."""
         with open_trace(self.path, self.limits, json_guard=False) as fh:
             self._fh = fh
             head, start, complete = self._head()
@@ -135,7 +139,7 @@ class EventStream:
         head = bytearray()
         while len(head) <= MAX_OUTSIDE and (block := self._read()):
             head += self._feed(scanner, block)
-            if head.lstrip(_SPACE + b"\xef\xbb\xbf")[:1] not in (b"{", b""):
+            if bytes(head[:4096]).lstrip(_SPACE + b"\xef\xbb\xbf")[:1] not in (b"{", b""):
                 raise ValueError(NOT_KINETO)
             at = _array_start(head, scanner.brackets())
             if at is not None:

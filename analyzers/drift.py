@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Final
 
 import numpy as np
 
-from aaco.analyzers.drift_baseline import Baseline, matched_interval
+from aaco.analyzers.drift_baseline import Baseline, matched_interval, young_chart
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +67,12 @@ class ChangePoint:
 
 
 class _Detector:
-    """Baseline handling shared by the charts: warm-up, lagged refresh, re-baselining after an alarm."""
+    """Baseline handling shared by the charts: young and full baselines, lagged refresh, re-baselining.
+
+    The chart runs from ``start`` values on, on a young baseline (``Baseline.fit_young``: robust level,
+    scale per side and significant trend; lag and refresh a quarter of its size) until the baseline
+    holds ``warmup`` values, then on the full one (ranks, ``lag``, ``refresh``). docs/drift.md.
+    """
 
     kind: ClassVar[str]
 
@@ -75,6 +80,7 @@ class _Detector:
         self,
         *,
         warmup: int = 200,
+        start: int = 10,
         window: int = 500,
         lag: int = 50,
         refresh: int = 50,
@@ -83,6 +89,8 @@ class _Detector:
     ) -> None:
         if warmup < 10:
             raise ValueError(f"warmup must be at least 10 values, got {warmup}")
+        if not 5 <= start <= warmup:
+            raise ValueError(f"start must be between 5 and warmup ({warmup}), got {start}")
         if window < warmup:
             raise ValueError(f"window ({window}) must hold at least warmup ({warmup}) values")
         if lag < 1 or refresh < 1:
@@ -90,6 +98,7 @@ class _Detector:
         if clip <= 0 or min_rel_scale < 0:
             raise ValueError("clip must be positive and min_rel_scale not negative")
         self.warmup = warmup
+        self.start = start
         self.window = window
         self.lag = lag
         self.refresh = refresh
@@ -97,6 +106,7 @@ class _Detector:
         self.min_rel_scale = min_rel_scale
         self._n = 0
         self._ring = np.empty(window, dtype=np.float64)
+        self._times = np.empty(window, dtype=np.float64)  # the ring's values' positions in the stream
         self._len = 0
         self._pos = 0
         self._recent: deque[tuple[int, float]] = deque()
@@ -138,35 +148,49 @@ class _Detector:
             self.skipped += 1
             return None
         if self._baseline is None:
-            self._push(x)
-            if self._len >= self.warmup:
+            self._push(i, x)
+            if self._len >= self.start:
                 self._start(i + 1)
             return None
         b = self._baseline
-        z = b.score(x)
+        z = b.score(x, i)
         u = b.whiten(z, self._previous)
         self._previous = z
         self._recent.append((i, x))
-        if len(self._recent) > self.lag:
-            self._push(self._recent.popleft()[1])
+        young = self._len < self.warmup
+        lag, refresh = self._lag_refresh()
+        while len(self._recent) > lag:
+            self._push(*self._recent.popleft())
             self._since_refresh += 1
-            if self._since_refresh >= self.refresh:
-                self._fit()
+        if self._since_refresh >= refresh or (young and self._len >= self.warmup):
+            self._fit()
         hit = self._step(u, i)
         return None if hit is None else self._alarm(*hit, i)
 
-    def _push(self, x: float) -> None:
+    def _lag_refresh(self) -> tuple[int, int]:
+        """``lag`` and ``refresh`` in force: a quarter of a young baseline (at least 2), capped by the settings."""
+        if self._len >= self.warmup:
+            return self.lag, self.refresh
+        young = max(2, self._len // 4)
+        return min(self.lag, young), min(self.refresh, young)
+
+    def _push(self, t: int, x: float) -> None:
+        self._times[self._pos] = t
         self._ring[self._pos] = x
         self._pos = (self._pos + 1) % self.window
         self._len = min(self._len + 1, self.window)
 
-    def _values(self) -> np.ndarray:
+    def _ordered(self, ring: np.ndarray) -> np.ndarray:
         if self._len < self.window:
-            return self._ring[: self._len].copy()
-        return np.concatenate([self._ring[self._pos :], self._ring[: self._pos]])
+            return ring[: self._len].copy()
+        return np.concatenate([ring[self._pos :], ring[: self._pos]])
 
     def _fit(self) -> None:
-        self._baseline = Baseline.fit(self._values(), self.clip, self.min_rel_scale)
+        values, times = self._ordered(self._ring), self._ordered(self._times)
+        if self._len >= self.warmup:
+            self._baseline = Baseline.fit(values, self.clip, self.min_rel_scale)
+        else:
+            self._baseline = Baseline.fit_young(values, times, self.clip, self.min_rel_scale)
         self._since_refresh = 0
         self._adapt(self._baseline)
 
@@ -178,18 +202,16 @@ class _Detector:
     def _alarm(self, direction: str, start: int, statistic: float, i: int) -> ChangePoint:
         b = self._baseline
         assert b is not None
-        post = [x for j, x in self._recent if j >= start]
-        new_level = float(np.median(post))
+        post = [(j, x) for j, x in self._recent if j >= start]
+        new_level = float(np.median([x for _, x in post]))
         magnitude = abs(new_level - b.median) / b.scale
         cp = ChangePoint(start, i, direction, magnitude, b.median, b.scale, new_level, statistic)
-        # Re-baseline on the new level: the values since the estimated change are its first ones.
+        # Re-baseline on the values after the alarm: those that raised it were selected by it (the
+        # extreme ones of the new level, or of the noise when the alarm is false), and a short baseline
+        # started on them would be biased enough to raise the next alarm the other way.
         self._baseline = None
         self._recent.clear()
         self._len = self._pos = 0
-        for x in post[-self.window :]:
-            self._push(x)
-        if self._len >= self.warmup:
-            self._start(i + 1)
         return cp
 
     def _adapt(self, baseline: Baseline) -> None:
@@ -206,6 +228,7 @@ class _Detector:
         return {
             "detector": self.kind,
             "warmup": self.warmup,
+            "start": self.start,
             "window": self.window,
             "lag": self.lag,
             "refresh": self.refresh,
@@ -221,7 +244,8 @@ class Cusum(_Detector):
     of an uncorrelated series; the defaults (0.5, 9) are argued in the module docstring. On a
     correlated baseline the chart runs on the innovations with ``k`` scaled by the baseline's
     ``shift_scale`` and ``h`` matched to the same in-control run length (``k_in_force``,
-    ``h_in_force``). Other keywords: see ``_Detector`` (``warmup``, ``window``, ``lag``,
+    ``h_in_force``); on a young baseline both come from ``young_chart``. Other keywords: see
+    ``_Detector`` (``warmup``, ``start``, ``window``, ``lag``,
     ``refresh``, ``clip``, ``min_rel_scale``).
     """
 
@@ -240,6 +264,9 @@ class Cusum(_Detector):
 
     def _adapt(self, baseline: Baseline) -> None:
         k = self.k * baseline.shift_scale
+        if baseline.samples < self.warmup:
+            self.k_in_force, self.h_in_force = young_chart(self.k, self.h, k, baseline.samples, self.warmup)
+            return
         self.k_in_force = k
         self.h_in_force = matched_interval(self.k, self.h, k, baseline.samples)
 

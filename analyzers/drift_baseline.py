@@ -1,8 +1,10 @@
 """The drift detectors' front end: a robust, self-refreshing baseline, and the CUSUM run-length arithmetic.
 
 ``Baseline`` standardises values against a window of in-control values (normal scores of ranks,
-or a floored scale for flat series; AR(1) pre-whitening); ``siegmund_arl`` and ``matched_interval``
-size a CUSUM's decision interval. Derivations and measured figures: docs/drift.md.
+or a floored scale for flat series; AR(1) pre-whitening), or, while young, against a robust level,
+a scale per side and a significant trend (``fit_young``); ``siegmund_arl``, ``matched_interval`` and
+``young_chart`` size a CUSUM's reference value and decision interval. Derivations and measured
+figures: docs/drift.md.
 """
 
 from __future__ import annotations
@@ -14,6 +16,12 @@ import statistics
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.special
+import scipy.stats
+
+TREND_P = 0.01  # young baselines: Kendall's tau p-value below which the level follows a trend
+YOUNG_MARGIN = 1.2  # young CUSUM: reference value over the smallest that can reach the run length
+_NORMAL = statistics.NormalDist()
 
 
 @functools.lru_cache(maxsize=32)
@@ -59,12 +67,20 @@ class Baseline:
     clip: float
     samples: int
     sorted_values: tuple[float, ...] = ()  # ranks mode
+    slope: float = 0.0  # per stream position, subtracted before scoring (young baselines on a trend)
+    t_ref: float = 0.0  # the position ``median`` refers to
+    upper_scale: float = 0.0  # scale mode, above the median (0: ``scale``)
     shift_scale: float = field(init=False)  # sqrt((1 - rho) / (1 + rho)): a unit step's size in the innovations
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shift_scale", math.sqrt((1.0 - self.rho) / (1.0 + self.rho)))
         object.__setattr__(self, "_innovation_sd", math.sqrt(1.0 - self.rho * self.rho))
         object.__setattr__(self, "_table", _scores(self.samples) if self.mode == "ranks" else ())
+        # Young baselines: a new value's deviation from the median has variance (1 + pi / (2 n))
+        # sigma^2, and a MAD from each side's n / 2 values has the precision of about 0.37 n / 2
+        # values' standard deviation, so the score is Student-like with that many degrees of freedom.
+        object.__setattr__(self, "_shrink", 1.0 / math.sqrt(1.0 + math.pi / (2.0 * max(1, self.samples))))
+        object.__setattr__(self, "_dof", max(1.0, 0.37 * (self.samples / 2.0 - 1.0)))
 
     @classmethod
     def fit(cls, values: np.ndarray, clip: float, min_rel_scale: float) -> Baseline:
@@ -107,14 +123,65 @@ class Baseline:
             rho = 0.0  # not distinguishable from no correlation (2 standard errors): no whitening
         return cls(med, scale, mode, mu, sd, min(rho, 0.9), clip, int(values.size), kept)
 
-    def score(self, x: float) -> float:
-        """A value's standardised score ``z`` (N(0, 1)-like in control, bounded by ``clip``)."""
+    @classmethod
+    def fit_young(cls, values: np.ndarray, times: np.ndarray, clip: float, min_rel_scale: float) -> Baseline:
+        """Estimate from a young window (fewer values than the warm-up): robust level, scale and trend.
+
+        Too few values for ranks (their normal scores are bounded near ``inv_cdf(1 / (n + 1))``): the
+        score is ``(x - level) / scale`` winsorised at ``clip``. When Kendall's tau of the values
+        against their positions is significant (p < ``TREND_P``), the level follows the Theil-Sen
+        slope (``scipy.stats``) and the median and scale are those of the detrended values,
+        ``median`` being the level at the window's last position. ``scale`` and ``upper_scale`` are
+        the scales below and above it; ``score`` maps the standardised deviation through the
+        Student t CDF of the baseline's precision and the inverse normal CDF (docs/drift.md).
+        """
+        t_ref = float(times[-1])
+        slope = 0.0
+        if values.size >= 5 and np.ptp(values) > 0:
+            tau = scipy.stats.kendalltau(times, values)
+            if tau.pvalue < TREND_P:
+                slope = float(scipy.stats.theilslopes(values, times).slope)
+        resid = values - slope * (times - t_ref)
+        med = float(np.median(resid))
+        dev = resid - med
+        # Skewed series (latency): one scale per side ("double MAD"), each from that side's deviations.
+        sides = [1.4826 * float(np.median(np.abs(dev[dev <= 0]))), 1.4826 * float(np.median(dev[dev >= 0]))]
+        mean_dev = 1.2533 * float(np.abs(dev).mean())
+        sides = [s if s > 0.0 else mean_dev for s in sides]
+        scale = max(sides) if slope else min(sides)
+        if slope:
+            # The chart scores values up to half a window ahead of the fit: on a curved trend the
+            # extrapolation errors exceed the residuals. The scale is at least that of the errors
+            # made forecasting the window's second half from a trend fitted on its first.
+            half = values.size // 2
+            fit = scipy.stats.theilslopes(values[:half], times[:half])
+            err = values[half:] - (fit.intercept + fit.slope * times[half:])
+            scale = max(scale, 1.4826 * float(np.median(np.abs(err))))
+        floor = max(min_rel_scale * abs(med), 1e-12)
+        lower, upper = (max(scale, floor), max(scale, floor)) if slope else (max(s, floor) for s in sides)
+        # Scores are not restandardised by their own spread (mu 0, sd 1): that would undo the floor.
+        z = np.clip(dev / np.where(dev > 0, upper, lower), -clip, clip)
+        centred = z - float(z.mean())
+        var = float(centred @ centred)
+        n = z.size
+        rho = float(centred[1:] @ centred[:-1]) / var if var > 0 and n > 2 else 0.0
+        if rho < 2.0 / math.sqrt(n):
+            rho = 0.0  # as in ``fit``: used when above two standard errors
+        return cls(med, lower, "scale", 0.0, 1.0, min(rho, 0.9), clip, int(values.size), (), slope, t_ref, upper)
+
+    def score(self, x: float, t: float = 0.0) -> float:
+        """A value's standardised score ``z`` (N(0, 1)-like in control, bounded by ``clip``) at position ``t``."""
         c = self.clip
+        if self.slope:
+            x -= self.slope * (t - self.t_ref)
         if self.mode == "ranks":
             table, ordered = self._table, self.sorted_values  # type: ignore[attr-defined]
             z = (table[bisect.bisect_left(ordered, x)] + table[bisect.bisect_right(ordered, x)]) / 2
         else:
-            z = (x - self.median) / self.scale
+            d = x - self.median
+            z = d / (self.upper_scale if d > 0 and self.upper_scale else self.scale)
+            if self.upper_scale:  # a young baseline: its error taken into the score (fit_young)
+                z = _NORMAL.inv_cdf(min(max(float(scipy.special.stdtr(self._dof, z * self._shrink)), 1e-12), 1 - 1e-12))
             z = c if z > c else (-c if z < -c else z)
         z = (z - self.mu) / self.sd
         return c if z > c else (-c if z < -c else z)
@@ -183,3 +250,42 @@ def matched_interval(k: float, h: float, k_new: float, samples: int = 0) -> floa
         else:
             hi = mid
     return (lo + hi) / 2.0
+
+
+def young_chart(k: float, h: float, k_min: float, samples: int, warmup: int) -> tuple[float, float]:
+    """The reference value and decision interval for a baseline of ``samples`` values, fewer than ``warmup``.
+
+    The target is the loss-adjusted in-control run length of ``(k, h)`` on a baseline of ``warmup``
+    values (``_log_arl``). A short baseline's error caps the run length any interval reaches with a
+    given reference value (the cap rises with it), so the reference value is ``YOUNG_MARGIN`` times
+    the smallest one whose cap reaches the target (and at least ``k_min``, the reference value the
+    baseline's autocorrelation calls for), and the interval is the one that reaches it, by bisection.
+    """
+    target = _log_arl(k, h, warmup)
+
+    def peak(k_new: float) -> float:
+        top = k_new * samples / 2.0 - 1.166
+        return _log_arl(k_new, top, samples) if top > 0.0 else -math.inf
+
+    lo, hi = k_min, max(k_min, 1.0)
+    if peak(k_min) < target:
+        while peak(hi) < target:
+            hi *= 2.0
+        for _ in range(50):
+            mid = (lo + hi) / 2.0
+            if peak(mid) < target:
+                lo = mid
+            else:
+                hi = mid
+        k_new = hi * YOUNG_MARGIN
+    else:
+        k_new = k_min
+    top = k_new * samples / 2.0 - 1.166
+    a, b = 0.0, top
+    for _ in range(60):
+        mid = (a + b) / 2.0
+        if _log_arl(k_new, mid, samples) < target:
+            a = mid
+        else:
+            b = mid
+    return k_new, b

@@ -231,7 +231,7 @@ def floor_encode(spans: list[tuple[Any, ...]]) -> float:
 def replay(trace: Path, lake: Path, port: int | None, compression: str) -> tuple[float, float]:
     """(wall s, CPU s) of one ``aaco replay`` process; fails loudly if it fails."""
     args = [AACO, "replay", str(trace), "--out", str(lake), "--force"]
-    env = dict(os.environ)
+    env = dict(os.environ, AACO_PIPELINE_SHUTDOWN_TIMEOUT_S="600")  # time to deliver every span on a busy machine
     if port is not None:
         args += ["--otlp-endpoint", f"http://127.0.0.1:{port}"]
         env.update(

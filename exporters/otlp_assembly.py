@@ -45,7 +45,7 @@ from aaco.contract.kernels import families
 from aaco.contract.schemas import EventBatch
 from aaco.contract.signals import define
 from aaco.contract.stats import Stats
-from aaco.exporters.otlp_spans import TRACE_ID_HEAD, RootSpan, SpanEncoder, SpanEvent, link_bodies
+from aaco.exporters.otlp_spans import TRACE_ID_HEAD, RootSpan, SpanEncoder, SpanEvent, family_totals, link_bodies
 
 SPANS_SUMMARIZED = define(
     "aaco.spans.summarized",
@@ -281,12 +281,18 @@ class TraceAssembler:
         orphan = pc.is_null(b.column("trace_id"))
         if pc.any(orphan).as_py():
             b = self._window_context(b, orphan, source, now)
-        tids = b.column("trace_id").to_numpy(zero_copy_only=False)
-        fams = families(b.column("name"), b.column("kind"))
+        enc = pc.dictionary_encode(b.column("trace_id"))  # traces in order of first appearance
+        codes = enc.indices.to_numpy(zero_copy_only=False)
+        order = np.argsort(codes, kind="stable")  # each trace's rows, in row order
+        bounds = np.cumsum(np.bincount(codes, minlength=len(enc.dictionary))).tolist()
+        fam_names, fam_codes = np.unique(families(b.column("name"), b.column("kind")).astype(str), return_inverse=True)
+        fam_codes = fam_codes.reshape(-1)
         dur = (b.column("end_ns").to_numpy() - b.column("start_ns").to_numpy()).astype(np.int64)
         keep = np.zeros(b.num_rows, dtype=bool)
-        for tid_hex in dict.fromkeys(tids.tolist()):
-            rows = np.nonzero(tids == tid_hex)[0]
+        lo = 0
+        for tid_hex, hi in zip(enc.dictionary.to_pylist(), bounds, strict=True):
+            rows = order[lo:hi]
+            lo = hi
             tid = bytes.fromhex(tid_hex)
             if tid in self._closed and tid not in self._open:
                 exported, total = self._closed[tid]
@@ -311,9 +317,9 @@ class TraceAssembler:
             t.exported += granted
             t.summarized += n - granted
             t.busy_ns += int(dur[rows].sum())
-            for fam, d in zip(fams[rows].tolist(), dur[rows].tolist(), strict=True):
-                t.fam_busy[fam] += d
-                t.fam_count[fam] += 1
+            for fam, busy, count in family_totals(fam_names, fam_codes[rows], dur[rows]):
+                t.fam_busy[fam] += busy
+                t.fam_count[fam] += count
         if not keep.any():
             return []
         kept = b.filter(pa.array(keep))

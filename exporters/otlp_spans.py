@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from aaco.contract.kernels import families
 from aaco.exporters import otlp_wire as w
@@ -58,20 +59,27 @@ def _u64(col: pa.Array | pa.ChunkedArray, fill: int = 0) -> np.ndarray:
     return col.fill_null(fill).to_numpy(zero_copy_only=False).astype(np.int64).view(np.uint64)
 
 
+def _id_matrix(col: pa.Array | pa.ChunkedArray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Hex IDs as an (n, ``size``) byte matrix (each distinct value decoded once; zeros where null) and validity."""
+    enc = pc.dictionary_encode(col)
+    if isinstance(enc, pa.ChunkedArray):
+        enc = enc.combine_chunks()
+    table = [bytes.fromhex(v)[:size].rjust(size, b"\0") for v in enc.dictionary.to_pylist()] + [bytes(size)]
+    codes = enc.indices.fill_null(len(table) - 1).to_numpy(zero_copy_only=False)
+    matrix = np.frombuffer(b"".join(table), dtype=np.uint8).reshape(len(table), size)[codes]
+    return matrix, enc.indices.is_valid().to_numpy(zero_copy_only=False).astype(bool)
+
+
+def _first_u64(matrix: np.ndarray) -> np.ndarray:
+    """The first 8 bytes of each row of a byte matrix as a little-endian uint64."""
+    return np.ascontiguousarray(matrix[:, :8]).view("<u8").reshape(-1).astype(np.uint64)
+
+
 def _hex_ids(values: list[str | None], size: int) -> tuple[list[bytes | None], np.ndarray]:
-    """Hex IDs to bytes (cached per distinct value) and to uint64 (first 8 bytes) for hashing."""
-    cache: dict[str, bytes] = {}
-    raw: list[bytes | None] = []
-    for v in values:
-        if v is None:
-            raw.append(None)
-            continue
-        b = cache.get(v)
-        if b is None:
-            b = cache[v] = bytes.fromhex(v)[:size].rjust(size, b"\0")
-        raw.append(b)
-    ints = np.array([int.from_bytes(b[:8], "little") if b else 0 for b in raw], dtype=np.uint64)
-    return raw, ints
+    """Hex IDs to bytes (None where null) and to uint64 (first 8 bytes, 0 where null) for hashing."""
+    matrix, valid = _id_matrix(pa.array(values, pa.string()), size)
+    raw = [row.tobytes() if ok else None for row, ok in zip(matrix, valid.tolist(), strict=True)]
+    return raw, _first_u64(matrix)
 
 
 @dataclass
@@ -168,17 +176,18 @@ class SpanEncoder:
 
     def kernel_span_ids(self, batch: pa.RecordBatch, parent_ints: np.ndarray) -> np.ndarray:
         """Deterministic span IDs (uint64) for kernel rows."""
-        names = batch.column("name").to_pylist()
-        nh = np.empty(len(names), dtype=np.uint64)
-        for i, n in enumerate(names):
-            h = self._name_hash.get(n or "")
-            if h is None:
-                h = stable_hash64(n or "")
-                if len(self._name_hash) < 100_000:
-                    self._name_hash[n or ""] = h
-            nh[i] = h
-        devices = batch.column("device").fill_null("").to_pylist()
-        dh = np.array([stable_hash64(d) & 0xFFFFFFFF for d in devices], dtype=np.uint64) if devices else nh[:0]
+        names = pc.dictionary_encode(batch.column("name").fill_null(""))
+        if isinstance(names, pa.ChunkedArray):
+            names = names.combine_chunks()
+        name_hashes = np.array([self._hash(n) for n in names.dictionary.to_pylist()] or [0], dtype=np.uint64)
+        nh = name_hashes[names.indices.to_numpy(zero_copy_only=False)]
+        devices = pc.dictionary_encode(batch.column("device").fill_null(""))
+        if isinstance(devices, pa.ChunkedArray):
+            devices = devices.combine_chunks()
+        device_hashes = np.array(
+            [stable_hash64(d) & 0xFFFFFFFF for d in devices.dictionary.to_pylist()] or [0], dtype=np.uint64
+        )
+        dh = device_hashes[devices.indices.to_numpy(zero_copy_only=False)]
         x = parent_ints
         for part in (
             _u64(batch.column("start_ns")),
@@ -192,100 +201,203 @@ class SpanEncoder:
         x[x == 0] = np.uint64(1)
         return x
 
+    def _hash(self, name: str) -> int:
+        h = self._name_hash.get(name)
+        if h is None:
+            h = stable_hash64(name)
+            if len(self._name_hash) < 100_000:
+                self._name_hash[name] = h
+        return h
+
     def kernel_spans(self, batch: pa.RecordBatch, with_launches: bool = True) -> list[bytes]:
-        """Child spans for kernel rows (``trace_id`` and ``parent_span_id`` set), and their launch spans."""
+        """Child spans for kernel rows (``trace_id`` and ``parent_span_id`` set), and their launch spans.
+
+        Built from the columns: the fixed-width parts of every span (IDs, times, the link to the launch)
+        as numpy byte rows, the attributes that repeat encoded once per distinct combination of their
+        values, so that each span is one join of a few slices.
+        """
         n = batch.num_rows
         if n == 0:
             return []
-        trace_raw, _ = _hex_ids(batch.column("trace_id").to_pylist(), 16)
-        parent_raw, parent_ints = _hex_ids(batch.column("parent_span_id").to_pylist(), 8)
+        trace_m, has_trace = _id_matrix(batch.column("trace_id"), 16)
+        parent_m, has_parent = _id_matrix(batch.column("parent_span_id"), 8)
+        if not has_trace.all():
+            raise ValueError("kernel_spans: rows without a trace_id")
+        parent_ints = _first_u64(parent_m)
         span_ids = self.kernel_span_ids(batch, parent_ints)
         launch_ids = splitmix64(span_ids ^ _LAUNCH_SALT)
         fams = families(batch.column("name"), batch.column("kind"))
-        cols: dict[str, list[Any]] = batch.select(
-            [
-                "start_ns",
-                "end_ns",
-                "name",
-                "kind",
-                "device",
-                "stream",
-                "queue_id",
-                "correlation_id",
-                "tid",
-                "grid_x",
-                "grid_y",
-                "grid_z",
-                "workgroup_x",
-                "workgroup_y",
-                "workgroup_z",
-                "op_name",
-                "launch_start_ns",
-                "launch_end_ns",
-                "launch_name",
-            ]
-        ).to_pydict()
+        heads = _rows(n, [TRACE_ID_HEAD, trace_m, _SPAN_TAG, _le(span_ids), _PARENT_TAG, parent_m])
+        start = _u64(batch.column("start_ns"))
+        end = _u64(batch.column("end_ns"))
+        times = _rows(n, [_KIND_INTERNAL + _START, _le(start), _END, _le(end)])
         a = self._attrs
-        optional = (
-            ("gpu.stream.id", "stream"),
-            ("gpu.queue.id", "queue_id"),
-            ("thread.id", "tid"),
-            ("gpu.grid.x", "grid_x"),
-            ("gpu.grid.y", "grid_y"),
-            ("gpu.grid.z", "grid_z"),
-            ("gpu.workgroup.x", "workgroup_x"),
-            ("gpu.workgroup.y", "workgroup_y"),
-            ("gpu.workgroup.z", "workgroup_z"),
-            ("aaco.op.name", "op_name"),
-        )
-        out = []
-        span_bytes = span_ids.astype("<u8").tobytes()
-        launch_bytes = launch_ids.astype("<u8").tobytes()
-        for i in range(n):
-            trace = trace_raw[i]
-            parent = parent_raw[i]
-            head = [TRACE_ID_HEAD, trace, _SPAN_TAG, span_bytes[8 * i : 8 * i + 8]]
-            if parent is not None:
-                head += [_PARENT_TAG, parent]
-            parts = [
-                *head,
-                self._name(fams[i]),
-                _KIND_INTERNAL,
-                _START,
-                _pack_q(cols["start_ns"][i]),
-                _END,
-                _pack_q(cols["end_ns"][i]),
-                a.get("gpu.kernel.name", cols["name"][i] or ""),
-                a.get("gpu.kernel.kind", cols["kind"][i] or ""),
-                a.get("gpu.device.id", cols["device"][i] or ""),
-            ]
-            corr = cols["correlation_id"][i]
-            if corr is not None:
-                parts.append(w.length_delimited(9, w.key_value("gpu.correlation.id", corr)))
-            for key, col in optional:
-                v = cols[col][i]
-                if v is not None:
-                    parts.append(a.get(key, v))
-            ls, le = cols["launch_start_ns"][i], cols["launch_end_ns"][i]
-            if with_launches and ls is not None and le is not None and trace is not None:
-                lid = launch_bytes[8 * i : 8 * i + 8]
-                parts.append(link(trace, lid, {"aaco.link": "launch"}))
-                launch = [TRACE_ID_HEAD, trace, _SPAN_TAG, lid]
-                if parent is not None:
-                    launch += [_PARENT_TAG, parent]
-                launch += [
-                    self._name(cols["launch_name"][i] or "launch"),
-                    _KIND_INTERNAL,
-                    _START,
-                    _pack_q(ls),
-                    _END,
-                    _pack_q(max(le, ls)),
-                    a.get("aaco.span.kind", "gpu.launch"),
+        combo, values = _combinations(batch, [*_ATTR_FIRST, *_ATTR_OPTIONAL], fams)
+        blocks = []
+        for fam, name, kind, device, *rest in values:
+            first = b"".join(
+                [
+                    a.get("gpu.kernel.name", name or ""),
+                    a.get("gpu.kernel.kind", kind or ""),
+                    a.get("gpu.device.id", device or ""),
                 ]
-                if corr is not None:
-                    launch.append(w.length_delimited(9, w.key_value("gpu.correlation.id", corr)))
-                if cols["tid"][i] is not None:
-                    launch.append(a.get("thread.id", cols["tid"][i]))
-                out.append(b"".join(launch))
-            out.append(b"".join(parts))
+            )
+            later = b"".join(
+                a.get(key, v) for (key, _col), v in zip(_ATTR_OPTIONAL, rest, strict=True) if v is not None
+            )
+            blocks.append((self._name(fam), first, later))
+        corr = batch.column("correlation_id")
+        corr_parts = _correlation_fields(corr)
+        ls_col, le_col = batch.column("launch_start_ns"), batch.column("launch_end_ns")
+        launch_ok = np.zeros(n, dtype=bool) if not with_launches else _valid(ls_col) & _valid(le_col)
+        span_len = np.where(has_parent, 38, 28).tolist()
+        out: list[bytes] = []
+        if not launch_ok.any():
+            for i in range(n):
+                h = 38 * i
+                name, first, later = blocks[combo[i]]
+                out.append(
+                    b"".join(
+                        (heads[h : h + span_len[i]], name, times[20 * i : 20 * i + 20], first, corr_parts[i], later)
+                    )
+                )
+            return out
+        lid_le = _le(launch_ids)
+        links = _rows(n, [_LINK_HEAD, trace_m, _LINK_SPAN, lid_le, _LINK_ATTRS])
+        lheads = _rows(n, [TRACE_ID_HEAD, trace_m, _SPAN_TAG, lid_le, _PARENT_TAG, parent_m])
+        ls = _u64(ls_col)
+        le = np.maximum(_u64(le_col).view(np.int64), ls.view(np.int64)).view(np.uint64)
+        ltimes = _rows(n, [_KIND_INTERNAL + _START, _le(ls), _END, _le(le)])
+        lcombo, lvalues = _combinations(batch, [("", "launch_name"), ("", "tid")], None)
+        lblocks = [
+            (
+                self._name(lname or "launch"),
+                a.get("thread.id", tid) if tid is not None else b"",
+            )
+            for lname, tid in lvalues
+        ]
+        kind_launch = a.get("aaco.span.kind", "gpu.launch")
+        lk = len(_LINK_HEAD) + 16 + len(_LINK_SPAN) + 8 + len(_LINK_ATTRS)
+        for i, ok in enumerate(launch_ok.tolist()):
+            h = 38 * i
+            hl = span_len[i]
+            name, first, later = blocks[combo[i]]
+            c = corr_parts[i]
+            t = 20 * i
+            kernel = (heads[h : h + hl], name, times[t : t + 20], first, c, later)
+            if ok:
+                lname, tid = lblocks[lcombo[i]]
+                out.append(b"".join((lheads[h : h + hl], lname, ltimes[t : t + 20], kind_launch, c, tid)))
+                out.append(b"".join((*kernel, links[lk * i : lk * i + lk])))
+            else:
+                out.append(b"".join(kernel))
         return out
+
+
+_ATTR_FIRST = (("gpu.kernel.name", "name"), ("gpu.kernel.kind", "kind"), ("gpu.device.id", "device"))
+_ATTR_OPTIONAL = (
+    ("gpu.stream.id", "stream"),
+    ("gpu.queue.id", "queue_id"),
+    ("thread.id", "tid"),
+    ("gpu.grid.x", "grid_x"),
+    ("gpu.grid.y", "grid_y"),
+    ("gpu.grid.z", "grid_z"),
+    ("gpu.workgroup.x", "workgroup_x"),
+    ("gpu.workgroup.y", "workgroup_y"),
+    ("gpu.workgroup.z", "workgroup_z"),
+    ("aaco.op.name", "op_name"),
+)
+_LINK_ATTRS = w.attributes(4, {"aaco.link": "launch"})
+_LINK_HEAD = w.tag(13, w.LEN) + w.varint(18 + 10 + len(_LINK_ATTRS)) + w.tag(1, w.LEN) + b"\x10"
+_LINK_SPAN = w.tag(2, w.LEN) + b"\x08"
+_CORR_KEY = w.length_delimited(1, w.utf8("gpu.correlation.id"))
+
+
+def family_totals(names: np.ndarray, codes: np.ndarray, dur: np.ndarray) -> list[tuple[str, int, int]]:
+    """(family, busy ns, kernels) of kernels given as family codes into ``names`` and durations.
+
+    In order of each family's first kernel: the top-families ranking breaks ties by it.
+    """
+    present, first, inverse, count = np.unique(codes, return_index=True, return_inverse=True, return_counts=True)
+    busy = np.zeros(present.size, dtype=np.int64)
+    np.add.at(busy, inverse.reshape(-1), dur)
+    return [(str(names[present[j]]), int(busy[j]), int(count[j])) for j in np.argsort(first, kind="stable").tolist()]
+
+
+def _le(values: np.ndarray) -> np.ndarray:
+    """uint64 values as rows of 8 little-endian bytes."""
+    return values.astype("<u8").view(np.uint8).reshape(-1, 8)
+
+
+def _rows(n: int, parts: list[bytes | np.ndarray]) -> bytes:
+    """``n`` fixed-width rows, each the concatenation of ``parts`` (constant bytes or an (n, k) byte matrix)."""
+    cols = [
+        np.broadcast_to(np.frombuffer(p, dtype=np.uint8), (n, len(p))) if isinstance(p, bytes) else p for p in parts
+    ]
+    return np.concatenate(cols, axis=1).tobytes()
+
+
+def _valid(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    return col.is_valid().to_numpy(zero_copy_only=False).astype(bool)
+
+
+def _combinations(
+    batch: pa.RecordBatch, columns: Any, first: np.ndarray | None
+) -> tuple[list[int], list[tuple[Any, ...]]]:
+    """Each row's combination of values in ``columns`` (``first``, an object array, before them).
+
+    Returns the per-row index of the combination and the distinct combinations as Python values.
+    """
+    n = batch.num_rows
+    codes: list[np.ndarray] = []
+    dicts: list[list[Any]] = []
+    if first is not None:
+        uniq, inv = np.unique(first.astype(str), return_inverse=True)
+        codes.append(inv.astype(np.int64))
+        dicts.append(uniq.tolist())
+    for _key, col in columns:
+        enc = pc.dictionary_encode(batch.column(col))
+        if isinstance(enc, pa.ChunkedArray):
+            enc = enc.combine_chunks()
+        dictionary = enc.dictionary.to_pylist()
+        codes.append(enc.indices.fill_null(len(dictionary)).to_numpy(zero_copy_only=False).astype(np.int64))
+        dicts.append([*dictionary, None])
+    key = np.zeros(n, dtype=np.int64)
+    for c, d in zip(codes, dicts, strict=True):
+        key = key * len(d) + c
+        key = np.unique(key, return_inverse=True)[1]
+        key = key.astype(np.int64).reshape(-1)
+    first_rows = np.unique(key, return_index=True)[1]
+    values = [tuple(d[c[r]] for c, d in zip(codes, dicts, strict=True)) for r in first_rows.tolist()]
+    return key.tolist(), values
+
+
+def _correlation_fields(col: pa.Array | pa.ChunkedArray) -> list[bytes]:
+    """Per row, the encoded ``gpu.correlation.id`` attribute field (empty where null).
+
+    Varints built for the whole column at once: byte k of a value holds bits 7k..7k+6, with the high
+    bit set on every byte but the last (protobuf's encoding; negative values take 10 bytes).
+    """
+    n = len(col)
+    valid = _valid(col)
+    v = col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64).view(np.uint64)
+    size = np.ones(n, dtype=np.int64)
+    for k in range(1, 10):
+        size += v >= (np.uint64(1) << np.uint64(7 * k))
+    shifts = np.arange(10, dtype=np.uint64) * np.uint64(7)
+    mat = ((v[:, None] >> shifts) & np.uint64(0x7F)).astype(np.uint8)
+    more = np.arange(10)[None, :] < (size[:, None] - 1)
+    mat |= more.astype(np.uint8) << 7
+    flat = mat[np.arange(10)[None, :] < size[:, None]].tobytes()
+    ends = np.cumsum(size).tolist()
+    prefixes = {}
+    for s in range(1, 11):  # AnyValue{int_value=3}, its KeyValue and the attributes field, by varint size
+        value = w.tag(2, w.LEN) + w.varint(1 + s) + w.tag(3, w.VARINT)
+        kv_len = len(_CORR_KEY) + len(value) + s
+        prefixes[s] = w.tag(9, w.LEN) + w.varint(kv_len) + _CORR_KEY + value
+    out = []
+    start = 0
+    for ok, e, s in zip(valid.tolist(), ends, size.tolist(), strict=True):
+        out.append(prefixes[s] + flat[start:e] if ok else b"")
+        start = e
+    return out

@@ -140,11 +140,19 @@ def scope(name: str, version: str) -> bytes:
     return length_delimited(1, utf8(name)) + length_delimited(2, utf8(version))
 
 
+_SPAN_FIELD: Final = [tag(2, LEN) + varint(n) for n in range(4096)]  # ScopeSpans.spans = 2
+
+
 def export_trace_request(resource_attrs: bytes, scope_bytes: bytes, spans: Iterable[bytes]) -> bytes:
     """An ``ExportTraceServiceRequest`` holding one ResourceSpans with one ScopeSpans of ``spans``.
 
     ``spans`` are encoded Span messages (without their field key).
     """
-    scope_spans = length_delimited(1, scope_bytes) + b"".join(length_delimited(2, s) for s in spans)
+    parts = [length_delimited(1, scope_bytes)]
+    for s in spans:  # the field key and length of a span, from a table for the usual sizes
+        n = len(s)
+        parts.append(_SPAN_FIELD[n] if n < len(_SPAN_FIELD) else tag(2, LEN) + varint(n))
+        parts.append(s)
+    scope_spans = b"".join(parts)
     resource_spans = length_delimited(1, resource_attrs) + length_delimited(2, scope_spans)
     return length_delimited(1, resource_spans)

@@ -110,6 +110,7 @@ class _Events:
     op_pids: set[int] = field(default_factory=set)
     gpu_lanes: set[int] = field(default_factory=set)
     procs: ProcessInfo = field(default_factory=ProcessInfo)
+    names: dict[str, str] = field(default_factory=dict)  # one copy of each name (they repeat: memory)
 
 
 def _need(v: Any) -> int | None:
@@ -208,7 +209,7 @@ def _add_gpu(
     device, stream = _need(args.get("device")), _need(args.get("stream"))
     if lane is not None:
         out.gpu_lanes.add(lane)
-    gpu["name"].append(name)
+    gpu["name"].append(out.names.setdefault(name, name))
     gpu["kind"].append(GPU_KINDS[ev["cat"]])
     gpu["device"].append(device if device is not None else lane)
     gpu["stream"].append(stream if stream is not None else lane_tid)
@@ -236,7 +237,7 @@ def _add_launch(
     if isinstance(name, str) and not name_ok(name):
         skipped[name_reason(name)] += 1
         name = None
-    row = (corr, pid, tid, ts, dur, name if isinstance(name, str) else None)
+    row = (corr, pid, tid, ts, dur, out.names.setdefault(name, name) if isinstance(name, str) else None)
     for key, value in zip(out.launch, row, strict=True):
         out.launch[key].append(value)
 
@@ -251,7 +252,7 @@ def _add_op(
     ext, name = _need(args.get("External id")), ev.get("name")
     if ext is not None and isinstance(name, str) and ext not in out.ops:
         if name_ok(name):
-            out.ops[ext] = name
+            out.ops[ext] = out.names.setdefault(name, name)
         else:
             skipped[name_reason(name)] += 1
 

@@ -16,8 +16,6 @@ import statistics
 from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.special
-import scipy.stats
 
 TREND_P = 0.01  # young baselines: Kendall's tau p-value below which the level follows a trend
 YOUNG_MARGIN = 1.2  # young CUSUM: reference value over the smallest that can reach the run length
@@ -37,6 +35,107 @@ def _score_table(n: int) -> np.ndarray:
     table = np.array(_scores(n))
     table.flags.writeable = False
     return table
+
+
+# Hand-written statistics: scipy.stats / scipy.special would cost the agent 27-72 MiB of RSS (the
+# daemon's budget is 120 MiB, tests/unit/test_agent_imports.py), and every series starts young, so a
+# lazy import would not help. Each is checked against scipy in tests/unit/test_drift_stats.py.
+
+
+@functools.lru_cache(maxsize=64)
+def _kendall_null_cdf(n: int) -> np.ndarray:
+    """P(at most c discordant pairs), c = 0..n(n-1)/2, among the n! equally likely orders (no ties).
+
+    The Mahonian numbers by the standard recursion: inserting the j-th value adds 0..j-1 inversions.
+    """
+    counts = np.ones(1)
+    for j in range(2, n + 1):
+        counts = np.convolve(counts, np.ones(j))
+    return np.cumsum(counts) / math.factorial(n)
+
+
+def _tie_counts(v: np.ndarray) -> tuple[int, int, int]:
+    """Tied pairs, sum t(t-1)(t-2) and sum t(t-1)(2t+5) over the tie groups (sizes t) of ``v``."""
+    t = np.unique(v, return_counts=True)[1].astype(np.int64)
+    t = t[t > 1]
+    return int((t * (t - 1) // 2).sum()), int((t * (t - 1) * (t - 2)).sum()), int((t * (t - 1) * (2 * t + 5)).sum())
+
+
+def kendall_tau_p(x: np.ndarray, y: np.ndarray) -> float:
+    """Two-sided p-value of Kendall's tau between ``x`` and ``y``, as ``scipy.stats.kendalltau`` gives it.
+
+    Without ties and with at most 33 values (or at most one pair out of order) the exact null
+    distribution; otherwise the normal approximation of concordant minus discordant pairs with the
+    tie-corrected variance (Kendall, 1970). NaN when either side is constant.
+    """
+    n = x.size
+    iu = np.triu_indices(n, 1)
+    sx = np.sign(x[:, None] - x[None, :])[iu]
+    sy = np.sign(y[:, None] - y[None, :])[iu]
+    s = int((sx * sy).sum())  # concordant minus discordant
+    dis = int(np.count_nonzero(sx * sy < 0))
+    tot = n * (n - 1) // 2
+    xtie, x0, x1 = _tie_counts(x)
+    ytie, y0, y1 = _tie_counts(y)
+    if tot in (xtie, ytie):
+        return math.nan
+    c = min(dis, tot - dis)
+    if xtie == 0 and ytie == 0 and (n <= 33 or c <= 1):
+        if n <= 33:
+            return min(1.0, 2.0 * float(_kendall_null_cdf(n)[c]))
+        return 2.0 * math.exp(math.log(1 + c * (n - 1)) - math.lgamma(n + 1))  # c = 0: 2/n!; c = 1: 2/(n-1)!
+    m = n * (n - 1.0)
+    var = (m * (2 * n + 5) - x1 - y1) / 18 + 2.0 * xtie * ytie / m + x0 * y0 / (9 * m * (n - 2))
+    return math.erfc(abs(s) / math.sqrt(var) / math.sqrt(2.0))
+
+
+def theil_sen(y: np.ndarray, x: np.ndarray) -> tuple[float, float]:
+    """Theil-Sen slope (median of the pairwise slopes) and intercept ``median(y) - slope median(x)``."""
+    iu = np.triu_indices(x.size, 1)
+    dx = (x[:, None] - x[None, :])[iu]
+    dy = (y[:, None] - y[None, :])[iu]
+    keep = dx != 0
+    slope = float(np.median(dy[keep] / dx[keep]))
+    return slope, float(np.median(y)) - slope * float(np.median(x))
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """The continued fraction of the regularized incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 300):
+        even = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
+        odd = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))
+        for num in (even, odd):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            f *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return f
+
+
+def _betainc(a: float, b: float, x: float, y: float) -> float:
+    """Regularized incomplete beta ``I_x(a, b)``, with ``y = 1 - x`` given exactly."""
+    if x <= 0.0:
+        return 0.0
+    if y <= 0.0:
+        return 1.0
+    front = math.exp(a * math.log(x) + b * math.log(y) + math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, y) / b
+
+
+def student_t_cdf(dof: float, t: float) -> float:
+    """The Student t CDF with ``dof`` (real, > 0) degrees of freedom, as ``scipy.special.stdtr``."""
+    t2 = t * t
+    tail = 0.5 * _betainc(dof / 2.0, 0.5, dof / (dof + t2), t2 / (dof + t2))
+    return 1.0 - tail if t > 0 else tail
 
 
 @dataclass(frozen=True)
@@ -130,17 +229,15 @@ class Baseline:
         Too few values for ranks (their normal scores are bounded near ``inv_cdf(1 / (n + 1))``): the
         score is ``(x - level) / scale`` winsorised at ``clip``. When Kendall's tau of the values
         against their positions is significant (p < ``TREND_P``), the level follows the Theil-Sen
-        slope (``scipy.stats``) and the median and scale are those of the detrended values,
+        slope and the median and scale are those of the detrended values,
         ``median`` being the level at the window's last position. ``scale`` and ``upper_scale`` are
         the scales below and above it; ``score`` maps the standardised deviation through the
         Student t CDF of the baseline's precision and the inverse normal CDF (docs/drift.md).
         """
         t_ref = float(times[-1])
         slope = 0.0
-        if values.size >= 5 and np.ptp(values) > 0:
-            tau = scipy.stats.kendalltau(times, values)
-            if tau.pvalue < TREND_P:
-                slope = float(scipy.stats.theilslopes(values, times).slope)
+        if values.size >= 5 and np.ptp(values) > 0 and kendall_tau_p(times, values) < TREND_P:
+            slope = theil_sen(values, times)[0]
         resid = values - slope * (times - t_ref)
         med = float(np.median(resid))
         dev = resid - med
@@ -154,8 +251,8 @@ class Baseline:
             # extrapolation errors exceed the residuals. The scale is at least that of the errors
             # made forecasting the window's second half from a trend fitted on its first.
             half = values.size // 2
-            fit = scipy.stats.theilslopes(values[:half], times[:half])
-            err = values[half:] - (fit.intercept + fit.slope * times[half:])
+            fit_slope, fit_intercept = theil_sen(values[:half], times[:half])
+            err = values[half:] - (fit_intercept + fit_slope * times[half:])
             scale = max(scale, 1.4826 * float(np.median(np.abs(err))))
         floor = max(min_rel_scale * abs(med), 1e-12)
         lower, upper = (max(scale, floor), max(scale, floor)) if slope else (max(s, floor) for s in sides)
@@ -181,7 +278,7 @@ class Baseline:
             d = x - self.median
             z = d / (self.upper_scale if d > 0 and self.upper_scale else self.scale)
             if self.upper_scale:  # a young baseline: its error taken into the score (fit_young)
-                z = _NORMAL.inv_cdf(min(max(float(scipy.special.stdtr(self._dof, z * self._shrink)), 1e-12), 1 - 1e-12))
+                z = _NORMAL.inv_cdf(min(max(student_t_cdf(self._dof, z * self._shrink), 1e-12), 1 - 1e-12))
             z = c if z > c else (-c if z < -c else z)
         z = (z - self.mu) / self.sd
         return c if z > c else (-c if z < -c else z)

@@ -57,7 +57,7 @@ def load_json(document: Document, path: Path, limits: TraceLimits) -> LoadedJson
             return LoadedJson(orjson.loads(data))
         error = "the file is damaged"
     except orjson.JSONDecodeError as exc:
-        error = _describe(exc)
+        error = describe_error(exc)
     try:
         out = _salvage(memoryview(data), path, limits, error)
     except TraceLimitError:
@@ -72,7 +72,7 @@ def load_json(document: Document, path: Path, limits: TraceLimits) -> LoadedJson
     return out
 
 
-def _describe(exc: orjson.JSONDecodeError) -> str:
+def describe_error(exc: orjson.JSONDecodeError) -> str:
     """The message of an orjson error with its byte offset (orjson counts characters)."""
     try:
         at = len(exc.doc[: exc.pos].encode("utf-8", "surrogatepass"))
@@ -126,14 +126,14 @@ def _salvage(data: memoryview, path: Path, limits: TraceLimits, error: str) -> L
         return out
     start = int(b.pos[array_open])
     head = bytes(data[:start]) + b"[]"
-    rest = _loads(head + bytes(data[array_end + 1 :])) if array_end is not None else _INVALID
+    rest = loads_lenient(head + bytes(data[array_end + 1 :])) if array_end is not None else _INVALID
     if not isinstance(rest, dict):  # the keys after the events are damaged or cut: keep the ones before
         if array_end is not None:
             out.skipped["invalid_json"] += 1
             out.bad_rows.append(
                 BadRow(array_end + 1, bytes(data[array_end + 1 : array_end + 1 + _SNIPPET]), "invalid_json")
             )
-        rest = _loads(head + b"}")
+        rest = loads_lenient(head + b"}")
         rest = rest if isinstance(rest, dict) else {}
     rest["traceEvents"] = events
     out.doc = rest
@@ -171,7 +171,7 @@ def _events(
     stops = ends[at[at < ends.size]]
     events: list[Any] = []
     for lo in range(0, starts.size, BATCH_EVENTS):
-        events += _batch(data, starts, stops, lo, min(lo + BATCH_EVENTS, starts.size), out)
+        events += parse_batch(data, starts, stops, lo, min(lo + BATCH_EVENTS, starts.size), out)
     return events, array_end
 
 
@@ -180,7 +180,9 @@ def _is_open(data: memoryview, p: np.ndarray) -> np.ndarray:
     return (a[p] | 0x20) == ord("{")
 
 
-def _batch(data: memoryview, starts: np.ndarray, stops: np.ndarray, lo: int, hi: int, out: LoadedJson) -> list[Any]:
+def parse_batch(
+    data: memoryview, starts: np.ndarray, stops: np.ndarray, lo: int, hi: int, out: LoadedJson
+) -> list[Any]:
     """Events ``lo:hi`` parsed with one orjson call, or split in halves where that fails."""
     s, e = int(starts[lo]), int(stops[hi - 1]) + 1
     if hi - lo > 1:
@@ -191,13 +193,13 @@ def _batch(data: memoryview, starts: np.ndarray, stops: np.ndarray, lo: int, hi:
         except orjson.JSONDecodeError:
             pass
         mid = (lo + hi) // 2
-        left = _batch(data, starts, stops, lo, mid, out)
+        left = parse_batch(data, starts, stops, lo, mid, out)
         gap_at = int(stops[mid - 1]) + 1
         if bytes(data[gap_at : int(starts[mid])]).strip(b" \t\r\n") != b",":
             out.skipped["invalid_json"] += 1
             out.bad_rows.append(BadRow(gap_at, bytes(data[gap_at : gap_at + _SNIPPET]), "invalid_json"))
-        return left + _batch(data, starts, stops, mid, hi, out)
-    value = _loads(bytes(data[s:e]))
+        return left + parse_batch(data, starts, stops, mid, hi, out)
+    value = loads_lenient(bytes(data[s:e]))
     if value is _INVALID:
         out.skipped["invalid_json"] += 1
         out.bad_rows.append(BadRow(s, bytes(data[s : min(e, s + _SNIPPET)]), "invalid_json"))
@@ -208,7 +210,7 @@ def _batch(data: memoryview, starts: np.ndarray, stops: np.ndarray, lo: int, hi:
 _INVALID = object()
 
 
-def _loads(raw: bytes) -> Any:
+def loads_lenient(raw: bytes) -> Any:
     """orjson, else the standard library on the text with broken bytes replaced, else ``_INVALID``."""
     try:
         return orjson.loads(raw)

@@ -47,7 +47,7 @@ import numpy as np
 import orjson
 
 from aaco.agent.sources.traces.context import BadRow
-from aaco.agent.sources.traces.json_salvage import BATCH_EVENTS, LoadedJson, _batch, _describe, _loads
+from aaco.agent.sources.traces.json_salvage import BATCH_EVENTS, LoadedJson, describe_error, loads_lenient, parse_batch
 from aaco.agent.sources.traces.json_scan import Brackets, JsonScanner, JsonTooDeepError
 from aaco.agent.sources.traces.limits import JsonDepthError, TraceLimits, json_depth_error, open_trace
 from aaco.contract.errors import TraceFormatError
@@ -214,7 +214,7 @@ class EventStream:
     def _parse(self, window: bytearray, base: int, starts: np.ndarray, stops: np.ndarray, lo: int, hi: int) -> list:
         """Events ``lo:hi`` of the window (``json_salvage``'s batch reader), bad rows at file offsets."""
         out = LoadedJson(None)
-        events = _batch(memoryview(window), starts, stops, lo, hi, out)
+        events = parse_batch(memoryview(window), starts, stops, lo, hi, out)
         self.skipped.update(out.skipped)
         self.bad_rows += [r._replace(offset=r.offset + base) for r in out.bad_rows]
         self._events += len(events)
@@ -262,7 +262,7 @@ class EventStream:
         try:
             orjson.loads(self._first)
         except orjson.JSONDecodeError as exc:
-            return self._fail(_describe(exc))
+            return self._fail(describe_error(exc))
         return self._fail("invalid JSON")
 
     def _no_array(self, head: bytearray, complete: bool) -> None:
@@ -282,12 +282,12 @@ class EventStream:
     def _finish(self, head: bytearray, array_end: int | None, tail: bytearray | None, complete: bool) -> None:
         """The keys outside the events, and the damage of the whole document (``json_salvage``'s rules)."""
         cut = self._cut(complete)
-        rest = _loads(bytes(head) + b"[]" + bytes(tail)) if tail is not None else None
+        rest = loads_lenient(bytes(head) + b"[]" + bytes(tail)) if tail is not None else None
         if not isinstance(rest, dict):  # the keys after the events are damaged or cut: keep the ones before
             if array_end is not None:
                 self.skipped["invalid_json"] += 1
                 self.bad_rows.append(BadRow(array_end + 1, bytes((tail or b"")[:_SNIPPET]), "invalid_json"))
-            rest = _loads(bytes(head) + b"[]}")
+            rest = loads_lenient(bytes(head) + b"[]}")
             rest = rest if isinstance(rest, dict) else {}
         if not self._events and (self.skipped or self._damage is not None):
             raise self._no_events_error(cut)

@@ -4,11 +4,12 @@
 ``detect.sniff``'s) and yields ``ParsedTrace`` chunks: at most ``tables.CHUNK_ROWS`` kernels each,
 iterations (and the devices, skipped counts and bad rows found so far) on the first, so a caller can
 publish chunk by chunk. Large formats stream (rocprofv3 CSV in blocks of lines, rocprofv3 JSON with
-ijson, rocpd with SQLite cursors); ONNX Runtime profiles, Kineto traces and rocprof v1 results.json
-are read whole. Every file is read within ``limits`` (its size checked before reading, gzip streamed
-and bounded, JSON depth bounded), and a damaged JSON document keeps its good events
-(``json_salvage``). A file that cannot be read at all raises ``TraceFormatError``; bad rows inside a
-readable file are skipped, counted and listed on the chunks instead.
+ijson, rocpd with SQLite cursors, Kineto traces window by window with ``kineto_stream``); ONNX
+Runtime profiles and rocprof v1 results.json are read whole. Every file is read within ``limits``
+(its size checked before reading, gzip streamed and bounded, JSON depth bounded), and a damaged
+JSON document keeps its good events (``json_salvage``). A file that cannot be read at all raises
+``TraceFormatError``; bad rows inside a readable file are skipped, counted and listed on the chunks
+instead.
 
 Then, for every format: CLOCK_BOOTTIME times recorded on another boot are re-anchored
 (``clock_anchor``), and the kernels of a file without iterations get a model (``_model_stamp``).

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Final
 
 import numpy as np
 
-from aaco.analyzers.drift_baseline import Baseline, matched_interval, young_chart
+from aaco.analyzers.drift_baseline import Baseline, matched_interval, young_chart, young_widening
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,7 +244,8 @@ class Cusum(_Detector):
     of an uncorrelated series; the defaults (0.5, 9) are argued in the module docstring. On a
     correlated baseline the chart runs on the innovations with ``k`` scaled by the baseline's
     ``shift_scale`` and ``h`` matched to the same in-control run length (``k_in_force``,
-    ``h_in_force``); on a young baseline both come from ``young_chart``. Other keywords: see
+    ``h_in_force``); on a young baseline both come from ``young_chart``, widened by
+    ``young_widening`` for the autocorrelation the young baseline cannot exclude. Other keywords: see
     ``_Detector`` (``warmup``, ``start``, ``window``, ``lag``,
     ``refresh``, ``clip``, ``min_rel_scale``).
     """
@@ -265,7 +266,9 @@ class Cusum(_Detector):
     def _adapt(self, baseline: Baseline) -> None:
         k = self.k * baseline.shift_scale
         if baseline.samples < self.warmup:
-            self.k_in_force, self.h_in_force = young_chart(self.k, self.h, k, baseline.samples, self.warmup)
+            k_young, h_young = young_chart(self.k, self.h, k, baseline.samples, self.warmup)
+            widen = young_widening(baseline.rho, baseline.samples)
+            self.k_in_force, self.h_in_force = widen * k_young, widen * h_young
             return
         self.k_in_force = k
         self.h_in_force = matched_interval(self.k, self.h, k, baseline.samples)

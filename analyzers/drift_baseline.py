@@ -2,9 +2,9 @@
 
 ``Baseline`` standardises values against a window of in-control values (normal scores of ranks,
 or a floored scale for flat series; AR(1) pre-whitening), or, while young, against a robust level,
-a scale per side and a significant trend (``fit_young``); ``siegmund_arl``, ``matched_interval`` and
-``young_chart`` size a CUSUM's reference value and decision interval. Derivations and measured
-figures: docs/drift.md.
+a scale per side and a significant trend (``fit_young``); ``siegmund_arl``, ``matched_interval``,
+``young_chart`` and ``young_widening`` size a CUSUM's reference value and decision interval.
+Derivations and measured figures: docs/drift.md.
 """
 
 from __future__ import annotations
@@ -347,6 +347,19 @@ def matched_interval(k: float, h: float, k_new: float, samples: int = 0) -> floa
         else:
             hi = mid
     return (lo + hi) / 2.0
+
+
+def young_widening(rho: float, samples: int) -> float:
+    """The factor a young CUSUM's ``k`` and ``h`` are widened by for the autocorrelation its baseline cannot exclude.
+
+    The chart input is whitened with the estimate ``rho`` (0 when below two standard errors); the
+    true correlation may be up to ``r = rho + 2 / sqrt(samples)`` (at most 0.9), which leaves the
+    input a long-run standard deviation ``sqrt((1 - rho) (1 + r) / ((1 + rho) (1 - r)))``. A CUSUM of
+    inputs with long-run deviation ``s`` runs as the chart ``(k / s, h / s)`` of standardised ones,
+    so ``(s k, s h)`` keeps the designed run length. docs/drift.md.
+    """
+    r = min(0.9, rho + 2.0 / math.sqrt(max(1, samples)))
+    return math.sqrt((1.0 - rho) * (1.0 + r) / ((1.0 + rho) * (1.0 - r))) if r > rho else 1.0
 
 
 def young_chart(k: float, h: float, k_min: float, samples: int, warmup: int) -> tuple[float, float]:

@@ -81,13 +81,14 @@ class _Running:
 
 
 def analyzer_hints(config: AgentConfig) -> AgentHints:
-    """What the analyzers need to know of the sources: smi compatibility names and interval, sched bound."""
+    """What the analyzers need to know of the sources (smi names and interval, sched bound) and the receiver."""
     smi = [(name, src) for name, src in zip(source_names(config), config.sources, strict=True) if src.type == "smi"]
     sched = [src.max_workloads for src in config.sources if src.type == "sched"]
     return AgentHints(
         smi_compat={name: src.compat for name, src in smi if src.compat != "off"},
         smi_interval_s=max((src.interval_s for _, src in smi), default=1.0),
         sched_max_workloads=max(sched, default=64),
+        request_spans=config.receivers.otlp.enabled,
     )
 
 

@@ -83,9 +83,12 @@ class AgentHints:
 
     ``smi_compat``: compatibility names per ``smi`` source name (sources that ask for them);
     ``smi_interval_s``: the slowest ``smi`` interval (1 s without one); ``sched_max_workloads``: the
-    largest ``max_workloads`` of the ``sched`` sources (64 without one).
+    largest ``max_workloads`` of the ``sched`` sources (64 without one); ``request_spans``: whether
+    request spans can arrive at all (the OTLP receiver is on), so analyzers waiting for them hold
+    nothing when they cannot.
     """
 
     smi_compat: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     smi_interval_s: float = 1.0
     sched_max_workloads: int = 64
+    request_spans: bool = True

@@ -25,7 +25,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 from aaco.analyzers.base import AgentHints, Analyzer, ratio
 from aaco.analyzers.grouping import group
 from aaco.contract.config_base import StrictModel
-from aaco.contract.kernels import FAMILIES, families
+from aaco.contract.kernels import FAMILIES, family_codes
 from aaco.contract.schemas import EventBatch
 from aaco.contract.signals import MetricPoint, PointBuilder, define
 
@@ -67,22 +67,66 @@ REQUESTS_LEFT_OUT = define(
 )
 
 Group = tuple[str, str, str]  # model, namespace, pod
-_FAMILY_INDEX = {f: i for i, f in enumerate(FAMILIES)}
 _EMPTY_I64 = np.zeros(0, np.int64)
+_EMPTY_I16 = np.zeros(0, np.int16)
 
 
 @dataclass
 class _Ring:
-    """One process's kernels not yet marked, and its recent request windows (arrival order)."""
+    """One process's kernels not yet marked (chunks in arrival order), and its recent request windows.
 
-    t: np.ndarray = field(default_factory=lambda: _EMPTY_I64)  # launch (else start) ns
-    dur: np.ndarray = field(default_factory=lambda: _EMPTY_I64)  # GPU ns
-    fam: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int16))
+    Kernels are kept as the chunks they came in, so a batch costs its own size rather than a copy of
+    everything held; they are merged into one chunk only when requests mark them.
+    """
+
+    chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)  # launch ns, GPU ns, family
+    size: int = 0
     windows: np.ndarray = field(default_factory=lambda: np.zeros((0, 5), np.int64))  # pre lo/hi, dec lo/hi, group
 
-    def keep_kernels(self, keep: np.ndarray | slice) -> None:
-        """Keep only the kernels where ``keep`` is true."""
-        self.t, self.dur, self.fam = self.t[keep], self.dur[keep], self.fam[keep]
+    def append(self, t: np.ndarray, dur: np.ndarray, fam: np.ndarray) -> None:
+        """Hold these kernels (launch, else start, ns; GPU ns; family index)."""
+        if t.size:
+            self.chunks.append((t, dur, fam))
+            self.size += t.size
+
+    def merged(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """All kernels held, as one chunk."""
+        if len(self.chunks) != 1:
+            parts = list(zip(*self.chunks, strict=True)) or [(_EMPTY_I64,), (_EMPTY_I64,), (_EMPTY_I16,)]
+            self.chunks = [tuple(np.concatenate(p) for p in parts)]  # type: ignore[list-item]
+        return self.chunks[0]
+
+    def keep(self, keep: np.ndarray) -> None:
+        """Keep only the merged kernels where ``keep`` is true."""
+        t, dur, fam = self.merged()
+        self.chunks = [(t[keep], dur[keep], fam[keep])]
+        self.size = int(self.chunks[0][0].size)
+
+    def drop_older(self, cut: int) -> int:
+        """Drop the kernels launched before ``cut``; how many."""
+        kept, before = [], self.size
+        for t, dur, fam in self.chunks:
+            if t.size and t.min() >= cut:
+                kept.append((t, dur, fam))
+            elif t.size and t.max() >= cut:
+                k = t >= cut
+                kept.append((t[k], dur[k], fam[k]))
+        self.chunks = kept
+        self.size = sum(c[0].size for c in kept)
+        return before - self.size
+
+    def drop_oldest(self, n: int) -> None:
+        """Drop the ``n`` kernels that arrived first."""
+        while n > 0 and self.chunks:
+            t, dur, fam = self.chunks[0]
+            if t.size <= n:
+                self.chunks.pop(0)
+                n -= t.size
+                self.size -= t.size
+            else:
+                self.chunks[0] = (t[n:], dur[n:], fam[n:])
+                self.size -= n
+                n = 0
 
 
 @dataclass(frozen=True)
@@ -241,6 +285,7 @@ class ServingPhasesAnalyzer(Analyzer):
         max_age_s: float = 300.0,
         max_processes: int = 256,
         top: int = 8,
+        hold_kernels: bool = True,
     ) -> None:
         self._max_groups = max_groups
         self._max_kernels = max_kernels
@@ -248,6 +293,7 @@ class ServingPhasesAnalyzer(Analyzer):
         self._max_age_ns = round(max_age_s * 1e9)
         self._max_processes = max_processes
         self._top = top
+        self._hold = hold_kernels  # False when no request span can arrive: kernels cost nothing then
         self._rings: dict[tuple[str, int], _Ring] = {}
         self._newest_kernel = self._newest_end = np.iinfo(np.int64).min
         self._groups: dict[Group, int] = {}
@@ -285,11 +331,11 @@ class ServingPhasesAnalyzer(Analyzer):
         self._sweep()
 
     def _kernels_in(self, b: pa.RecordBatch) -> None:
+        if not self._hold:
+            return
         t = pc.coalesce(b.column("launch_start_ns"), b.column("start_ns")).to_numpy(zero_copy_only=False)
         dur = np.maximum(_ints(b, "end_ns") - _ints(b, "start_ns"), 0)
-        fam_names = families(b.column("name").fill_null(""), b.column("kind"))
-        uniq, inverse = np.unique(fam_names, return_inverse=True)
-        fam = np.array([_FAMILY_INDEX[f] for f in uniq], np.int16)[inverse]
+        fam = family_codes(b.column("name"), b.column("kind"))
         pid = b.column("pid").fill_null(-1)
         self._left_out(self.unmatched, "no_pid", int((pid.to_numpy(zero_copy_only=False) < 0).sum()))
         self._newest_kernel = max(self._newest_kernel, int(t.max()))
@@ -305,29 +351,26 @@ class ServingPhasesAnalyzer(Analyzer):
             phase, window = mark(kt, ring.windows)
             hit = phase >= 0
             self._attribute(ring.windows[window[hit], 4], phase[hit], kf[hit], kd[hit])
-            ring.t = np.concatenate([ring.t, kt[~hit]])
-            ring.dur = np.concatenate([ring.dur, kd[~hit]])
-            ring.fam = np.concatenate([ring.fam, kf[~hit]])
+            if hit.any():
+                kt, kd, kf = kt[~hit], kd[~hit], kf[~hit]
+            ring.append(kt, kd, kf)
 
     def _sweep(self) -> None:
         """Drop what aged out, then the oldest kernels of the largest rings over ``max_kernels``, then empty rings."""
         kernel_cut, window_cut = self._newest_kernel - self._max_age_ns, self._newest_end - self._max_age_ns
         for ring in self._rings.values():
-            keep = ring.t >= kernel_cut
-            if not keep.all():
-                self._left_out(self.unmatched, "aged_out", int(keep.size - keep.sum()))
-                ring.keep_kernels(keep)
+            self._left_out(self.unmatched, "aged_out", ring.drop_older(kernel_cut))
             keep = ring.windows[:, 3] >= window_cut
             keep[np.flatnonzero(keep)[: max(0, int(keep.sum()) - self._max_requests)]] = False
             ring.windows = ring.windows[keep]
-        over = sum(r.t.size for r in self._rings.values()) - self._max_kernels
+        over = sum(r.size for r in self._rings.values()) - self._max_kernels
         while over > 0:
-            ring = max(self._rings.values(), key=lambda r: r.t.size)
-            n = min(over, ring.t.size)
-            ring.keep_kernels(slice(n, None))
+            ring = max(self._rings.values(), key=lambda r: r.size)
+            n = min(over, ring.size)
+            ring.drop_oldest(n)
             self._left_out(self.unmatched, "ring_full", n)
             over -= n
-        for key in [k for k, r in self._rings.items() if r.t.size == 0 and r.windows.shape[0] == 0]:
+        for key in [k for k, r in self._rings.items() if r.size == 0 and r.windows.shape[0] == 0]:
             del self._rings[key]
 
     def _group_index(self, key: Group) -> int:
@@ -364,11 +407,12 @@ class ServingPhasesAnalyzer(Analyzer):
                 continue
             new = np.column_stack([windows[r], gidx[r]])
             np.add.at(self._requests, gidx[r], 1)
-            phase, window = mark(ring.t, new)
+            t, dur, fam = ring.merged()
+            phase, window = mark(t, new)
             hit = phase >= 0
             if hit.any():
-                self._attribute(new[window[hit], 4], phase[hit], ring.fam[hit], ring.dur[hit])
-                ring.keep_kernels(~hit)
+                self._attribute(new[window[hit], 4], phase[hit], fam[hit], dur[hit])
+                ring.keep(~hit)
             ring.windows = np.concatenate([ring.windows, new])
             self._newest_end = max(self._newest_end, int(end[r].max()))
 
@@ -409,5 +453,10 @@ class ServingPhasesAnalyzer(Analyzer):
 
 
 def create(s: ServingPhasesSettings, hints: AgentHints, max_models: int) -> ServingPhasesAnalyzer:
-    """The analyzer for its settings (the group bound is the agent's model bound)."""
-    return ServingPhasesAnalyzer(max_models, s.max_kernels, s.max_requests, s.max_age_s, s.max_processes, s.top)
+    """The analyzer for its settings (the group bound is the agent's model bound).
+
+    It holds no kernels when no request span can arrive (``hints.request_spans``: the receiver is off).
+    """
+    return ServingPhasesAnalyzer(
+        max_models, s.max_kernels, s.max_requests, s.max_age_s, s.max_processes, s.top, hints.request_spans
+    )

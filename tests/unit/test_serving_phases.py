@@ -171,3 +171,13 @@ def test_processes_left_with_nothing_free_their_slot():
     a.update(kernels([(8, 5001, 5001, 30, GEMM)]))  # pid 7 left nothing: pid 8 takes its slot
     a.update(requests([{**A, "pid": 8, "start_ns": 4000, "end_ns": 6000, "queue_s": 0.0, "prefill_s": 2000e-9}]))
     assert phases(a.snapshot()) == {"m": (30, 0)}
+
+
+def test_no_kernel_is_held_when_no_request_span_can_arrive():
+    """With the receiver off (hints.request_spans false) kernels cost nothing: none is held or counted."""
+    off = create(ServingPhasesSettings(), AgentHints(request_spans=False), 4)
+    on = create(ServingPhasesSettings(), AgentHints(), 4)
+    for an in (off, on):
+        an.update(kernels([(7, 10, 100, 7, GEMM)]))
+    assert sum(r.size for r in off._rings.values()) == 0
+    assert sum(r.size for r in on._rings.values()) == 1

@@ -10,6 +10,9 @@ import urllib.request
 from pathlib import Path
 
 import pyarrow.dataset as ds
+import yaml
+
+from tests.conftest import ROOT, get_free_port
 
 
 def run_aaco(
@@ -72,3 +75,16 @@ def metric_value(text: str, name: str, **labels: str) -> float | None:
         if all(f'{k}="{v}"' in line for k, v in labels.items()):
             return float(value.split(" ")[0])
     return None
+
+
+def demo_on_free_ports(path: Path) -> Path:
+    """examples/demo.yaml as it is, written to ``path`` with its receiver (and the LLM requests to it) on free ports."""
+    doc = yaml.safe_load((ROOT / "examples" / "demo.yaml").read_text())
+    rx = doc["receivers"]["otlp"]
+    assert rx["enabled"] is True, "the demo turns its receiver on"
+    http_port, grpc_port = get_free_port(), get_free_port()
+    rx.update(http_port=http_port, grpc_port=grpc_port)
+    (llm,) = [s for s in doc["sources"] if s["type"] == "llm_requests"]
+    llm["endpoint"] = f"http://127.0.0.1:{http_port}"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path

@@ -35,7 +35,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, get_free_port, sample_bytes, skip_or_fail
-from tests.integration.helpers import http_get, start_aaco, wait_for
+from tests.integration.helpers import demo_on_free_ports, http_get, start_aaco, wait_for
 from tests.support.prometheus_stack import (
     ScrapeJob,
     Server,
@@ -49,7 +49,6 @@ from tests.support.prometheus_stack import (
 
 pytestmark = pytest.mark.integration
 
-DEMO = ROOT / "examples" / "demo.yaml"
 RULES = sorted((ROOT / "dashboards" / "rules").glob("*.yaml"))
 A100 = Path("examples/data/nvidia-smi/a100-sxm4-v12.xml.gz")
 MIN_SHARE = 0.9
@@ -81,17 +80,6 @@ NO_SERIES_BECAUSE = {
     "aaco_throttle_latency_impact_ci_high_ratio": _IMPACT,
     "model:aaco_throttle_latency_impact:max": _IMPACT,
 }
-
-
-def _demo_with_receiver(path: Path) -> Path:
-    """examples/demo.yaml with the agent's OTLP receiver on free ports, and the LLM requests sent there."""
-    doc = yaml.safe_load(DEMO.read_text())
-    http_port, grpc_port = get_free_port(), get_free_port()
-    doc["receivers"]["otlp"].update(enabled=True, http_port=http_port, grpc_port=grpc_port)
-    (llm,) = [s for s in doc["sources"] if s["type"] == "llm_requests"]
-    llm["endpoint"] = f"http://127.0.0.1:{http_port}"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
 
 
 def _ids_from_receiver(receiver) -> set[str]:
@@ -165,7 +153,7 @@ def test_dashboards_against_the_live_demo(tmp_path: Path, aaco_bin: str):
             aaco_bin,
             "agent",
             "--config",
-            str(_demo_with_receiver(tmp_path / "demo.yaml")),
+            str(demo_on_free_ports(tmp_path / "demo.yaml")),
             "--metrics-port",
             str(port),
             "--lake",

@@ -13,33 +13,17 @@ import signal
 import subprocess
 
 import pytest
-import yaml
 
 from tests.conftest import ROOT, get_free_port
-from tests.integration.helpers import http_get, metric_value, wait_for
+from tests.integration.helpers import demo_on_free_ports, http_get, metric_value, wait_for
 
 pytestmark = pytest.mark.integration
-
-DEMO = ROOT / "examples" / "demo.yaml"
-
-
-def _demo_on_free_ports(path) -> str:
-    """examples/demo.yaml as it is, its receiver (and the LLM requests sent to it) on free ports."""
-    doc = yaml.safe_load(DEMO.read_text())
-    rx = doc["receivers"]["otlp"]
-    assert rx["enabled"] is True, "the demo turns its receiver on"
-    http_port, grpc_port = get_free_port(), get_free_port()
-    rx.update(http_port=http_port, grpc_port=grpc_port)
-    (llm,) = [s for s in doc["sources"] if s["type"] == "llm_requests"]
-    llm["endpoint"] = f"http://127.0.0.1:{http_port}"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return str(path)
 
 
 def test_the_demo_has_serving_metrics_without_an_upstream(tmp_path, aaco_bin):
     port = get_free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_EXPORTER_OTLP")}
-    config = _demo_on_free_ports(tmp_path / "demo.yaml")
+    config = str(demo_on_free_ports(tmp_path / "demo.yaml"))
     cmd = [aaco_bin, "agent", "--config", config, "--metrics-port", str(port), "--lake", str(tmp_path / "lake")]
     log = tmp_path / "agent.log"
     with open(log, "w") as out:

@@ -13,32 +13,15 @@ from typing import Any
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from aaco.contract.kernels import families
 from aaco.contract.schemas import SCHEMAS, conform
 from aaco.exporters.otlp_spans import _LAUNCH_SALT, SpanEncoder, _hex_ids, splitmix64
+from tests.support.otlp_official import official_kernel_spans
 
-OPTIONAL = (
-    ("gpu.stream.id", "stream"),
-    ("gpu.queue.id", "queue_id"),
-    ("thread.id", "tid"),
-    ("gpu.grid.x", "grid_x"),
-    ("aaco.op.name", "op_name"),
-)
 TRACES = [bytes([i]) * 16 for i in range(1, 4)]
 PARENTS = [bytes([i]) * 8 for i in range(5, 8)]
-
-
-def kv(attrs: dict[str, object]) -> list[common_pb2.KeyValue]:
-    out = []
-    for k, v in attrs.items():
-        if v is None:
-            continue
-        value = common_pb2.AnyValue(string_value=v) if isinstance(v, str) else common_pb2.AnyValue(int_value=v)
-        out.append(common_pb2.KeyValue(key=k, value=value))
-    return out
 
 
 ROW = st.fixed_dictionaries(
@@ -90,48 +73,7 @@ def test_spans_from_columns_parse_to_the_official_spans_of_their_rows(rows: list
     ids = enc.kernel_span_ids(batch, parent_ints)
     launch_ids = splitmix64(ids ^ _LAUNCH_SALT).tolist()
     fams = families(batch.column("name"), batch.column("kind"))
-    expected = []
-    for r, fam, sid, lid in zip(batch.to_pylist(), fams, ids.tolist(), launch_ids, strict=True):
-        trace = bytes.fromhex(r["trace_id"])
-        parent = bytes.fromhex(r["parent_span_id"]) if r["parent_span_id"] else b""
-        attrs = {
-            "gpu.kernel.name": r["name"],
-            "gpu.kernel.kind": r["kind"],
-            "gpu.device.id": r["device"] or "",
-            "gpu.correlation.id": r["correlation_id"],
-        }
-        attrs.update({key: r[col] for key, col in OPTIONAL})
-        links = []
-        if r["launch_start_ns"] is not None:
-            launch = lid.to_bytes(8, "little")
-            links.append(trace_pb2.Span.Link(trace_id=trace, span_id=launch, attributes=kv({"aaco.link": "launch"})))
-            launch_attrs = {"aaco.span.kind": "gpu.launch", "gpu.correlation.id": r["correlation_id"]}
-            launch_attrs["thread.id"] = r["tid"]
-            expected.append(
-                trace_pb2.Span(
-                    trace_id=trace,
-                    span_id=launch,
-                    parent_span_id=parent,
-                    name=r["launch_name"] or "launch",
-                    kind=trace_pb2.Span.SPAN_KIND_INTERNAL,
-                    start_time_unix_nano=r["launch_start_ns"],
-                    end_time_unix_nano=max(r["launch_end_ns"], r["launch_start_ns"]),
-                    attributes=kv(launch_attrs),
-                )
-            )
-        expected.append(
-            trace_pb2.Span(
-                trace_id=trace,
-                span_id=sid.to_bytes(8, "little"),
-                parent_span_id=parent,
-                name=fam,
-                kind=trace_pb2.Span.SPAN_KIND_INTERNAL,
-                start_time_unix_nano=r["start_ns"],
-                end_time_unix_nano=r["end_ns"],
-                attributes=kv(attrs),
-                links=links,
-            )
-        )
+    expected = official_kernel_spans(batch, list(fams), ids.tolist(), launch_ids)
     ours = enc.kernel_spans(batch)
     assert [trace_pb2.Span.FromString(b) for b in ours] == expected
     kernels_only = [e for e in expected if not any(a.key == "aaco.span.kind" for a in e.attributes)]

@@ -24,6 +24,7 @@ from aaco.contract.schemas import SCHEMAS, conform
 from aaco.exporters import otlp_wire as w
 from aaco.exporters.otlp_assembly import retrace
 from aaco.exporters.otlp_spans import RootSpan, SpanEncoder, SpanEvent
+from tests.support.otlp_official import key_values, official_kernel_spans
 
 TRACE = bytes(range(1, 17))
 OTHER_TRACE = bytes(range(101, 117))
@@ -49,24 +50,6 @@ EVERY_TYPE: dict[str, object] = {
     "bytes.empty": b"",
     "none": None,  # left out
 }
-
-
-def any_value(v: object) -> common_pb2.AnyValue:
-    """The official AnyValue of ``v`` (the types our encoder supports)."""
-    if isinstance(v, bool):
-        return common_pb2.AnyValue(bool_value=v)
-    if isinstance(v, int):
-        return common_pb2.AnyValue(int_value=v)
-    if isinstance(v, float):
-        return common_pb2.AnyValue(double_value=v)
-    if isinstance(v, bytes):
-        return common_pb2.AnyValue(bytes_value=v)
-    return common_pb2.AnyValue(string_value=str(v))
-
-
-def key_values(attrs: dict[str, object]) -> list[common_pb2.KeyValue]:
-    """Official KeyValues of ``attrs`` in their order, None values left out."""
-    return [common_pb2.KeyValue(key=k, value=any_value(v)) for k, v in attrs.items() if v is not None]
 
 
 def official_root(root: RootSpan) -> trace_pb2.Span:
@@ -204,18 +187,6 @@ KERNEL_ROWS: dict[str, list[Any]] = {
     "trace_id": [TRACE.hex(), TRACE.hex(), OTHER_TRACE.hex()],
     "parent_span_id": [PARENT.hex(), PARENT.hex(), None],
 }
-OPTIONAL = (
-    ("gpu.stream.id", "stream"),
-    ("gpu.queue.id", "queue_id"),
-    ("thread.id", "tid"),
-    ("gpu.grid.x", "grid_x"),
-    ("gpu.grid.y", "grid_y"),
-    ("gpu.grid.z", "grid_z"),
-    ("gpu.workgroup.x", "workgroup_x"),
-    ("gpu.workgroup.y", "workgroup_y"),
-    ("gpu.workgroup.z", "workgroup_z"),
-    ("aaco.op.name", "op_name"),
-)
 FAMILIES = ["gemm", "memcpy", "other"]  # families() of the three names, pinned here
 
 
@@ -233,59 +204,6 @@ def kernel_batch() -> pa.RecordBatch:
     return conform("kernels", pa.table({k: pa.array(v, schema.field(k).type) for k, v in cols.items()}))
 
 
-def expected_spans(batch: pa.RecordBatch, ids: list[int], launch_ids: list[int]) -> list[trace_pb2.Span]:
-    """The official spans for ``kernel_batch`` (each launch before its kernel, as the encoder emits them)."""
-    rows = batch.to_pylist()
-    out = []
-    for r, fam, sid, lid in zip(rows, FAMILIES, ids, launch_ids, strict=True):
-        trace = bytes.fromhex(r["trace_id"])
-        parent = bytes.fromhex(r["parent_span_id"]) if r["parent_span_id"] else b""
-        attrs: dict[str, object] = {
-            "gpu.kernel.name": r["name"] or "",
-            "gpu.kernel.kind": r["kind"] or "",
-            "gpu.device.id": r["device"] or "",
-            "gpu.correlation.id": r["correlation_id"],
-        }
-        attrs.update({key: r[col] for key, col in OPTIONAL})
-        links = []
-        if r["launch_start_ns"] is not None:
-            launch_id = lid.to_bytes(8, "little")
-            links.append(
-                trace_pb2.Span.Link(trace_id=trace, span_id=launch_id, attributes=key_values({"aaco.link": "launch"}))
-            )
-            launch_attrs = {
-                "aaco.span.kind": "gpu.launch",
-                "gpu.correlation.id": r["correlation_id"],
-                "thread.id": r["tid"],
-            }
-            out.append(
-                trace_pb2.Span(
-                    trace_id=trace,
-                    span_id=launch_id,
-                    parent_span_id=parent,
-                    name=r["launch_name"] or "launch",
-                    kind=trace_pb2.Span.SPAN_KIND_INTERNAL,
-                    start_time_unix_nano=r["launch_start_ns"],
-                    end_time_unix_nano=max(r["launch_end_ns"], r["launch_start_ns"]),
-                    attributes=key_values(launch_attrs),
-                )
-            )
-        out.append(
-            trace_pb2.Span(
-                trace_id=trace,
-                span_id=sid.to_bytes(8, "little"),
-                parent_span_id=parent,
-                name=fam,
-                kind=trace_pb2.Span.SPAN_KIND_INTERNAL,
-                start_time_unix_nano=r["start_ns"],
-                end_time_unix_nano=r["end_ns"],
-                attributes=key_values(attrs),
-                links=links,
-            )
-        )
-    return out
-
-
 def encoded_kernels() -> tuple[list[bytes], list[trace_pb2.Span]]:
     """Our kernel and launch spans of ``kernel_batch`` and the official ones."""
     from aaco.exporters.otlp_spans import _LAUNCH_SALT, _hex_ids, splitmix64
@@ -295,7 +213,7 @@ def encoded_kernels() -> tuple[list[bytes], list[trace_pb2.Span]]:
     _, parent_ints = _hex_ids(batch.column("parent_span_id").to_pylist(), 8)
     ids = enc.kernel_span_ids(batch, parent_ints)
     launch_ids = splitmix64(ids ^ _LAUNCH_SALT)
-    return enc.kernel_spans(batch), expected_spans(batch, ids.tolist(), launch_ids.tolist())
+    return enc.kernel_spans(batch), official_kernel_spans(batch, FAMILIES, ids.tolist(), launch_ids.tolist())
 
 
 def test_kernel_and_launch_spans_are_the_official_encoding() -> None:

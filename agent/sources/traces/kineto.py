@@ -25,9 +25,11 @@
   nanosecond fraction, exact with a base or integer microseconds).
 
 Files are read in bounded memory (``kineto_stream``): the events arrive in batches and are folded
-into columns (``_collect``), the keys outside ``traceEvents`` (base time, devices) are read when the
-file ends, wherever they stand, and the tables are built from the columns (``_convert``), as
-``parse_kineto`` does for a loaded document.
+into columns (``_collect``: a batch's events of one role a column at a time, ``kineto_columns``,
+or event by event, ``_add_gpu`` ..., when a column holds a value these rules count, drop or
+convert), the keys outside ``traceEvents`` (base time, devices) are read when the file ends,
+wherever they stand, and the tables are built from the columns (``_convert``), as ``parse_kineto``
+does for a loaded document.
 
 Bad input is counted in ``skipped`` and left out, never raised (``json_values``): an event whose
 time is not a finite number (``bad_time``) or lands outside 1990..2100 (``time_out_of_range``), an
@@ -42,13 +44,14 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from aaco.agent.sources.traces import kineto_columns
 from aaco.agent.sources.traces.context import TraceContext
 from aaco.agent.sources.traces.files import TraceFile
 from aaco.agent.sources.traces.format import TraceFormat
@@ -63,8 +66,9 @@ from aaco.agent.sources.traces.json_values import (
     opt_int,
     span_ns,
 )
+from aaco.agent.sources.traces.kineto_columns import F64, I64, STR, Chunks
 from aaco.agent.sources.traces.kineto_process import ProcessInfo
-from aaco.agent.sources.traces.kineto_stream import NOT_KINETO, EventStream
+from aaco.agent.sources.traces.kineto_stream import NOT_KINETO, EventStream, gc_paused
 from aaco.agent.sources.traces.launches import LaunchTable
 from aaco.agent.sources.traces.limits import TraceLimits
 from aaco.agent.sources.traces.parsed import ParsedTrace
@@ -95,17 +99,19 @@ _INT_COLS = ("correlation_id", "bytes", "grid_x", "grid_y", "grid_z", "workgroup
 class _Events:
     """What one pass over ``traceEvents`` keeps, still in trace microseconds."""
 
-    gpu_ts: list[float] = field(default_factory=list)
-    gpu_dur: list[float] = field(default_factory=list)
-    gpu: dict[str, list[Any]] = field(
-        default_factory=lambda: {k: [] for k in ("name", "kind", "device", "stream", "ext", *_INT_COLS)}
+    gpu: Chunks = field(
+        default_factory=lambda: Chunks(
+            {"name": STR, "kind": STR, "device": I64, "stream": I64, "ext": I64, **dict.fromkeys(_INT_COLS, I64)}
+            | {"ts": F64, "dur": F64}
+        )
     )
-    launch: dict[str, list[Any]] = field(
-        default_factory=lambda: {k: [] for k in ("corr", "pid", "tid", "ts", "dur", "name")}
+    launch: Chunks = field(
+        default_factory=lambda: Chunks({"corr": I64, "pid": I64, "tid": I64, "ts": F64, "dur": F64, "name": STR})
     )
     ops: dict[int, str] = field(default_factory=dict)
     steps: list[tuple[int, float, float, int | None, int | None]] = field(default_factory=list)
-    ends: list[float] = field(default_factory=list)
+    ends: list[float] = field(default_factory=list)  # of events read one by one
+    end_chunks: list[np.ndarray] = field(default_factory=list)  # of batches read a column at a time
     launch_pids: set[int] = field(default_factory=set)
     op_pids: set[int] = field(default_factory=set)
     gpu_lanes: set[int] = field(default_factory=set)
@@ -167,29 +173,64 @@ def kineto_clock(
     return ClockOffset(file_mtime_ns - round(last * 1000), 10**9, "file-mtime")
 
 
-def _collect(events: Iterable[Any], skipped: Counter[str], out: _Events) -> None:
-    """One pass over (a batch of) the events into ``out``: GPU work, launches, operator names, steps, metadata."""
-    for ev in events:
-        if not isinstance(ev, dict):
-            skipped["not_an_event"] += 1
+def _collect(events: list[Any], skipped: Counter[str], out: _Events) -> None:
+    """(A batch of) the events into ``out``: GPU work, launches, operator names, steps, metadata.
+
+    The events of each role go a column at a time (``_fast``) or, when a column holds a value the
+    per-event rules count, drop or convert, one by one; each role's events keep their order.
+    """
+    evs = [ev for ev in events if isinstance(ev, dict)]
+    if len(evs) < len(events):
+        skipped["not_an_event"] += len(events) - len(evs)
+    phs = [ev.get("ph") for ev in evs]
+    if "M" in phs:
+        for ev, ph in zip(evs, phs, strict=True):
+            if ph == "M":
+                out.procs.add(ev, skipped)
+    xs = [ev for ev, ph in zip(evs, phs, strict=True) if ph == "X"]
+    roles = [_ROLES.get(c) if type(c) is str else None for c in [ev.get("cat") for ev in xs]]
+    for role in ("gpu", "launch", "op", "ann"):
+        if role not in roles:
             continue
-        ph = ev.get("ph")
-        if ph == "M":
-            out.procs.add(ev, skipped)
+        group = [ev for ev, r in zip(xs, roles, strict=True) if r == role]
+        if _fast(role, group, out):
             continue
-        role = _ROLES.get(ev.get("cat")) if ph == "X" else None  # type: ignore[arg-type]
-        if role is None:
-            continue
-        ts, dur = _num(ev.get("ts")), _num(ev.get("dur"))
-        if ts is None or dur is None or dur < 0:
-            skipped["bad_time"] += 1
-            continue
-        out.ends.append(ts + dur)
-        args = ev.get("args")
-        try:
-            _ADD.get(role, _add_step)(out, ev, ts, dur, args if isinstance(args, dict) else {}, skipped)
-        except IntOutOfRangeError:
-            skipped[INT_OUT_OF_RANGE] += 1
+        for ev in group:
+            _one(role, ev, skipped, out)
+        (out.gpu if role == "gpu" else out.launch).flush()
+
+
+def _fast(role: str, group: list[dict[str, Any]], out: _Events) -> bool:
+    """The events of one role a column at a time (``kineto_columns``); False: read them one by one."""
+    if role == "gpu":
+        got, dest, pids = kineto_columns.gpu_columns(group, GPU_KINDS), out.gpu, out.gpu_lanes
+    elif role == "launch":
+        got, dest, pids = kineto_columns.launch_columns(group), out.launch, out.launch_pids
+    elif role == "op":
+        got, dest, pids = kineto_columns.op_names(group, out.ops, out.names), None, out.op_pids
+    else:
+        return False
+    if got is None:
+        return False
+    if dest is not None:
+        dest.add(got[0])
+    pids |= got[1]
+    out.end_chunks.append(got[2])
+    return True
+
+
+def _one(role: str, ev: dict[str, Any], skipped: Counter[str], out: _Events) -> None:
+    """One event of a known role (its ``_add_*``), with its time checked first."""
+    ts, dur = _num(ev.get("ts")), _num(ev.get("dur"))
+    if ts is None or dur is None or dur < 0:
+        skipped["bad_time"] += 1
+        return
+    out.ends.append(ts + dur)
+    args = ev.get("args")
+    try:
+        _ADD.get(role, _add_step)(out, ev, ts, dur, args if isinstance(args, dict) else {}, skipped)
+    except IntOutOfRangeError:
+        skipped[INT_OUT_OF_RANGE] += 1
 
 
 def _add_gpu(
@@ -203,7 +244,7 @@ def _add_gpu(
     if not name_ok(name):
         skipped[name_reason(name)] += 1
         return
-    gpu = out.gpu
+    gpu = out.gpu.rows
     corr = _need(args.get("correlation"))
     lane, lane_tid = _need(ev.get("pid")), _need(ev.get("tid"))
     device, stream = _need(args.get("device")), _need(args.get("stream"))
@@ -219,8 +260,8 @@ def _add_gpu(
     for keys, value in ((_GRID, args.get("grid")), (_WORKGROUP, args.get("block"))):
         for key, v in zip(keys, _dims(value, skipped), strict=True):
             gpu[key].append(v)
-    out.gpu_ts.append(ts)
-    out.gpu_dur.append(dur)
+    gpu["ts"].append(ts)
+    gpu["dur"].append(dur)
 
 
 def _add_launch(
@@ -238,8 +279,8 @@ def _add_launch(
         skipped[name_reason(name)] += 1
         name = None
     row = (corr, pid, tid, ts, dur, out.names.setdefault(name, name) if isinstance(name, str) else None)
-    for key, value in zip(out.launch, row, strict=True):
-        out.launch[key].append(value)
+    for values, value in zip(out.launch.rows.values(), row, strict=True):
+        values.append(value)
 
 
 def _add_op(
@@ -279,32 +320,15 @@ def _add_step(
 _ADD = {"gpu": _add_gpu, "launch": _add_launch, "op": _add_op}
 
 
-def _launch_table(launch: dict[str, list[Any]], offset_ns: int, skipped: Counter[str]) -> LaunchTable:
-    """Launches in epoch ns, by correlation id (the last of a repeated id wins); out-of-range ones dropped."""
-    if not launch["corr"]:
-        return LaunchTable.empty()
-    start, end, ok = span_ns(np.array(launch["ts"]), np.array(launch["dur"]), offset_ns)
-    skipped[TIME_OUT_OF_RANGE] += int((~ok).sum())
-    names = sorted({n for n in launch["name"] if n is not None})
-    index = {n: i for i, n in enumerate(names)}
-    names.append("")  # the name of a launch without one (masked out below)
-    name_idx = np.array([index.get(n, len(names) - 1) for n in launch["name"]], dtype=np.int32)
-    pid = np.array([-1 if p is None else p for p in launch["pid"]], dtype=np.int64)
-    tid = np.array([-1 if t is None else t for t in launch["tid"]], dtype=np.int64)
-    corr = np.array(launch["corr"], dtype=np.int64)
-    return LaunchTable.build(corr[ok], start[ok], end[ok], pid[ok], tid[ok], name_idx[ok], names)
-
-
 def _kernels(ev: _Events, clock: ClockOffset, host: int | None, ctx: dict[str, str], skipped: Counter[str]) -> pa.Table:
     """The kernels table: GPU work in epoch ns with its launch, op name and host pid, in start order."""
-    gpu = ev.gpu
-    n = len(ev.gpu_ts)
-    start, end, ok = span_ns(np.array(ev.gpu_ts), np.array(ev.gpu_dur), clock.offset_ns)
+    gpu = {k: ev.gpu.column(k) for k in ev.gpu.types}
+    n = len(gpu["ts"])
+    start, end, ok = span_ns(kineto_columns.floats(gpu["ts"]), kineto_columns.floats(gpu["dur"]), clock.offset_ns)
     skipped[TIME_OUT_OF_RANGE] += int((~ok).sum())
-    lt = _launch_table(ev.launch, clock.offset_ns, skipped) if n else LaunchTable.empty()
-    corr = np.array([0 if c is None else c for c in gpu["correlation_id"]], dtype=np.int64)
-    hit, pos = lt.lookup(corr)
-    hit &= np.array([c is not None for c in gpu["correlation_id"]], dtype=bool)
+    lt = kineto_columns.launch_table(ev.launch, clock.offset_ns, skipped) if n else LaunchTable.empty()
+    hit, pos = lt.lookup(gpu["correlation_id"].fill_null(0).to_numpy())
+    hit &= gpu["correlation_id"].is_valid().to_numpy(zero_copy_only=False)
     if len(lt):
         launch_pid, launch_tid = np.where(hit, lt.pid[pos], -1), np.where(hit, lt.tid[pos], -1)
         launch_start, launch_end = np.where(hit, lt.start[pos], 0), np.where(hit, lt.end[pos], 0)
@@ -322,7 +346,7 @@ def _kernels(ev: _Events, clock: ClockOffset, host: int | None, ctx: dict[str, s
             "end_ns": end,
             "pid": pa.array(pid, pa.int64(), mask=pid < 0),
             "tid": pa.array(launch_tid, pa.int64(), mask=launch_tid < 0),
-            "device": [None if d is None else str(d) for d in gpu["device"]],
+            "device": gpu["device"].cast(STR),
             "stream": gpu["stream"],
             "name": gpu["name"],
             "kind": gpu["kind"],
@@ -330,7 +354,7 @@ def _kernels(ev: _Events, clock: ClockOffset, host: int | None, ctx: dict[str, s
             "launch_start_ns": pa.array(launch_start, pa.int64(), mask=~hit),
             "launch_end_ns": pa.array(launch_end, pa.int64(), mask=~hit),
             "launch_name": names.take(pa.array(name_idx, pa.int32(), mask=name_idx == len(names) - 1)),
-            "op_name": [None if e is None else ev.ops.get(e) for e in gpu["ext"]],
+            "op_name": kineto_columns.op_name(gpu["ext"], ev.ops),
             **{k: const(ctx[k], n) for k in ("node", "source", "run_id")},
         },
     )
@@ -425,7 +449,9 @@ def _convert(
     ev: _Events, keys: dict[str, Any], file_mtime_ns: int, ctx: dict[str, str], skipped: Counter[str]
 ) -> ParsedTrace:
     """The collected events as tables; ``keys``: the document's keys besides the events (clock, devices)."""
-    clock = kineto_clock(keys, np.array(ev.ends), file_mtime_ns, skipped)
+    clock = kineto_clock(
+        keys, np.concatenate([np.array(ev.ends, dtype=np.float64), *ev.end_chunks]), file_mtime_ns, skipped
+    )
     host = ev.procs.host_pid(ev.launch_pids | ev.op_pids, ev.gpu_lanes)
     kernels = _kernels(ev, clock, host, ctx, skipped)
     iterations = _iterations(ev, clock, host, ctx, skipped)
@@ -455,8 +481,9 @@ def parse_file(tf: TraceFile, ctx: TraceContext, limits: TraceLimits) -> Iterato
     stream = EventStream(tf.path, limits)
     skipped: Counter[str] = Counter()
     ev = _Events()
-    for batch in stream.batches():
-        _collect(batch, skipped, ev)
+    with gc_paused():
+        for batch in stream.batches():
+            _collect(batch, skipped, ev)
     keys = {"node": ctx.node, "identity": ctx.identity, "run_id": ctx.run_id, "model": ctx.model, "source": ctx.source}
     parsed = _convert(ev, stream.rest, tf.mtime_ns, keys, skipped)
     yield from rechunk(parsed, ctx, stream.loaded())

@@ -26,6 +26,13 @@ Hand-written over library parts (orjson per window, ``json_scan``'s vectorised s
 streaming parser on hand (ijson) builds events in Python at a fraction of orjson's speed, and
 orjson has no streaming mode.
 
+The events are JSON trees: no cycles, each batch freed by reference counting once it is read. The
+cyclic garbage collector would walk them again and again while they live (a window's ~10^5
+containers survive into the older generations, whose collections walk every object of the
+process): on the 1M-event trace of ``benchmarks/kineto_memory.py`` that was about a third of the
+time of the read. The reader turns it off while a file's events are read (``gc_paused``) and back
+on as it was; the cycles other threads make meanwhile are collected then.
+
 Damage is what ``json_salvage`` makes of a whole document, counted and kept in ``skipped`` and
 ``bad_rows``: a cut ends the events there (``truncated_json``), a damaged gzip stream keeps what
 came before (``damaged_gzip``), nesting past ``max_json_depth`` ends the document where it passes
@@ -36,10 +43,12 @@ are ``invalid_json`` (the others kept), an event over ``MAX_EVENT`` bytes ends t
 
 from __future__ import annotations
 
+import gc
 import re
 import zlib
 from collections import Counter
 from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -296,6 +305,18 @@ class EventStream:
             self.bad_rows.append(BadRow(self._size, self._damage.encode(), "damaged_gzip"))
         rest.pop("traceEvents", None)
         self.rest = rest
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while the events are read, then as it was (see the module doc)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _scanner(limits: TraceLimits, base: int) -> JsonScanner:

@@ -13,6 +13,7 @@ import bisect
 import functools
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -323,6 +324,17 @@ def _log_arl(k: float, h: float, samples: int) -> float:
     return log - (2.0 * b * b / samples if samples > 0 else 0.0)
 
 
+def _crossing(f: Callable[[float], float], target: float, lo: float, hi: float, steps: int) -> tuple[float, float]:
+    """Bisection of a rising ``f``: the bracket ``(lo, hi)`` narrowed ``steps`` times around ``f(x) = target``."""
+    for _ in range(steps):
+        mid = (lo + hi) / 2.0
+        if f(mid) < target:
+            lo = mid
+        else:
+            hi = mid
+    return lo, hi
+
+
 def matched_interval(k: float, h: float, k_new: float, samples: int = 0) -> float:
     """The decision interval that gives reference value ``k_new`` the in-control run length of ``(k, h)``.
 
@@ -340,12 +352,7 @@ def matched_interval(k: float, h: float, k_new: float, samples: int = 0) -> floa
     lo, hi = 0.0, max(h, 1.0)
     while hi < top and _log_arl(k_new, hi, samples) < target:
         hi = min(hi * 2.0, top)
-    for _ in range(60):
-        mid = (lo + hi) / 2.0
-        if _log_arl(k_new, mid, samples) < target:
-            lo = mid
-        else:
-            hi = mid
+    lo, hi = _crossing(lambda x: _log_arl(k_new, x, samples), target, lo, hi, 60)
     return (lo + hi) / 2.0
 
 
@@ -381,21 +388,8 @@ def young_chart(k: float, h: float, k_min: float, samples: int, warmup: int) -> 
     if peak(k_min) < target:
         while peak(hi) < target:
             hi *= 2.0
-        for _ in range(50):
-            mid = (lo + hi) / 2.0
-            if peak(mid) < target:
-                lo = mid
-            else:
-                hi = mid
-        k_new = hi * YOUNG_MARGIN
+        k_new = _crossing(peak, target, lo, hi, 50)[1] * YOUNG_MARGIN
     else:
         k_new = k_min
     top = k_new * samples / 2.0 - 1.166
-    a, b = 0.0, top
-    for _ in range(60):
-        mid = (a + b) / 2.0
-        if _log_arl(k_new, mid, samples) < target:
-            a = mid
-        else:
-            b = mid
-    return k_new, b
+    return k_new, _crossing(lambda x: _log_arl(k_new, x, samples), target, 0.0, top, 60)[1]

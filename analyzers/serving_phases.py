@@ -8,12 +8,16 @@ time where the source has one, else its start, and matched on (node, pid). Reque
 their kernels, so the kernels not yet marked wait in a ring per process; the request windows are
 kept too, for kernels that arrive later (a profiler's capture). A kernel is attributed once, when
 first marked; among the windows marking it at that moment prefill wins over decode. Bounded: rings
-by count (kernels: all processes together) and by age (event time), processes and (model,
-namespace, pod) groups by count; kernels and requests left out are counted.
+by count (kernels: all processes together) and by age (event time, each process against its own
+newest times, since processes replayed from old captures and live ones run on different clocks),
+processes by count and by idleness (wall time since their last batch), and (model, namespace, pod)
+groups by count; kernels and requests left out are counted.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +86,9 @@ class _Ring:
     chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)  # launch ns, GPU ns, family
     size: int = 0
     windows: np.ndarray = field(default_factory=lambda: np.zeros((0, 5), np.int64))  # pre lo/hi, dec lo/hi, group
+    newest_kernel: int = np.iinfo(np.int64).min  # this process's own clock: the newest launch seen
+    newest_end: int = np.iinfo(np.int64).min  # and the newest request end
+    touched: float = 0.0  # wall time (the analyzer's clock) of its last batch
 
     def append(self, t: np.ndarray, dur: np.ndarray, fam: np.ndarray) -> None:
         """Hold these kernels (launch, else start, ns; GPU ns; family index)."""
@@ -212,7 +219,8 @@ class ServingPhasesSettings(StrictModel):
     max_age_s: PositiveFloat = Field(
         300.0,
         description="Kernels and request windows older than this (event time, behind the newest kernel or "
-        "request end seen) are dropped, and processes left with neither.",
+        "request end seen in the same process) are dropped, and processes left with neither or that had no "
+        "batch for this long (wall time).",
     )
     max_processes: PositiveInt = Field(256, description="Processes (node, pid) tracked at once.")
     top: PositiveInt = Field(8, description="Kernel families listed per phase in the snapshot.")
@@ -286,16 +294,18 @@ class ServingPhasesAnalyzer(Analyzer):
         max_processes: int = 256,
         top: int = 8,
         hold_kernels: bool = True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._max_groups = max_groups
         self._max_kernels = max_kernels
         self._max_requests = max_requests
+        self._max_age_s = max_age_s
         self._max_age_ns = round(max_age_s * 1e9)
+        self._clock = clock
         self._max_processes = max_processes
         self._top = top
         self._hold = hold_kernels  # False when no request span can arrive: kernels cost nothing then
         self._rings: dict[tuple[str, int], _Ring] = {}
-        self._newest_kernel = self._newest_end = np.iinfo(np.int64).min
         self._groups: dict[Group, int] = {}
         self._time = np.zeros((0, 2, len(FAMILIES)), np.int64)  # group, phase, family -> ns
         self._count = np.zeros((0, 2, len(FAMILIES)), np.int64)
@@ -317,13 +327,21 @@ class ServingPhasesAnalyzer(Analyzer):
                     self._left_out(self.skipped, "process_limit", rows)
                 return None
             ring = self._rings[key] = _Ring()
+        ring.touched = self._clock()
         return ring
+
+    def _drop_idle(self) -> None:
+        """Free the slots of processes that had no batch for ``max_age_s`` of wall time."""
+        cut = self._clock() - self._max_age_s
+        for key in [k for k, r in self._rings.items() if r.touched < cut]:
+            self._left_out(self.unmatched, "aged_out", self._rings.pop(key).size)
 
     def update(self, item: EventBatch) -> None:
         """Fold a kernels or requests batch in."""
         b = item.batch
         if b.num_rows == 0:
             return
+        self._drop_idle()
         if item.kind == "requests":
             self._requests_in(b)
         else:
@@ -338,7 +356,6 @@ class ServingPhasesAnalyzer(Analyzer):
         fam = family_codes(b.column("name"), b.column("kind"))
         pid = b.column("pid").fill_null(-1)
         self._left_out(self.unmatched, "no_pid", int((pid.to_numpy(zero_copy_only=False) < 0).sum()))
-        self._newest_kernel = max(self._newest_kernel, int(t.max()))
         procs = group(b.column("node"), pid)
         for i, key in enumerate(procs.keys):
             if key[1] < 0:
@@ -348,6 +365,7 @@ class ServingPhasesAnalyzer(Analyzer):
             ring = self._ring(key, kt.size, kernels=True)
             if ring is None:
                 continue
+            ring.newest_kernel = max(ring.newest_kernel, int(kt.max()))
             phase, window = mark(kt, ring.windows)
             hit = phase >= 0
             self._attribute(ring.windows[window[hit], 4], phase[hit], kf[hit], kd[hit])
@@ -357,10 +375,9 @@ class ServingPhasesAnalyzer(Analyzer):
 
     def _sweep(self) -> None:
         """Drop what aged out, then the oldest kernels of the largest rings over ``max_kernels``, then empty rings."""
-        kernel_cut, window_cut = self._newest_kernel - self._max_age_ns, self._newest_end - self._max_age_ns
         for ring in self._rings.values():
-            self._left_out(self.unmatched, "aged_out", ring.drop_older(kernel_cut))
-            keep = ring.windows[:, 3] >= window_cut
+            self._left_out(self.unmatched, "aged_out", ring.drop_older(ring.newest_kernel - self._max_age_ns))
+            keep = ring.windows[:, 3] >= ring.newest_end - self._max_age_ns
             keep[np.flatnonzero(keep)[: max(0, int(keep.sum()) - self._max_requests)]] = False
             ring.windows = ring.windows[keep]
         over = sum(r.size for r in self._rings.values()) - self._max_kernels
@@ -414,7 +431,7 @@ class ServingPhasesAnalyzer(Analyzer):
                 self._attribute(new[window[hit], 4], phase[hit], fam[hit], dur[hit])
                 ring.keep(~hit)
             ring.windows = np.concatenate([ring.windows, new])
-            self._newest_end = max(self._newest_end, int(end[r].max()))
+            ring.newest_end = max(ring.newest_end, int(end[r].max()))
 
     def _attribute(self, groups: np.ndarray, phase: np.ndarray, fam: np.ndarray, dur: np.ndarray) -> None:
         """Add marked kernels' GPU time and counts to their (group, phase, family) totals."""

@@ -123,8 +123,18 @@ def test_points_and_dict():
     assert d["groups"][1]["families"]["prefill"]["attention"]["time_s"] == pytest.approx(40e-9)
 
 
+class Clock:
+    """The analyzer's wall clock, moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_ring_bounded_by_count_and_age_counted():
-    a = ServingPhasesAnalyzer(max_kernels=3, max_age_s=1e-6)  # 1000 ns
+    a = ServingPhasesAnalyzer(max_kernels=3, max_age_s=1e-6, clock=Clock())  # 1000 ns
     a.update(kernels([(7, 1100 + i, 1100 + i, 1, GEMM) for i in range(5)]))
     assert a.unmatched == {"ring_full": 2}
     a.update(kernels([(7, 2103, 2103, 1, GEMM)]))  # 1102 is now more than 1000 ns behind it
@@ -164,13 +174,32 @@ def test_kernel_bound_is_shared_the_largest_ring_gives_way():
 
 
 def test_processes_left_with_nothing_free_their_slot():
-    a = ServingPhasesAnalyzer(max_processes=1, max_age_s=1e-6)  # 1000 ns
-    a.update(kernels([(7, 1150, 1150, 10, GEMM)]))
-    a.update(kernels([(8, 5000, 5000, 20, GEMM)]))  # over the bound; then pid 7's kernel ages out
-    assert a.unmatched == {"process_limit": 1, "aged_out": 1}
-    a.update(kernels([(8, 5001, 5001, 30, GEMM)]))  # pid 7 left nothing: pid 8 takes its slot
+    clock = Clock()
+    a = ServingPhasesAnalyzer(max_processes=1, max_age_s=1e-6, clock=clock)  # 1000 ns, 1 µs of wall time
+    a.update(kernels([(7, 1150, 1150, 10, GEMM), (7, 5000, 5000, 20, GEMM)]))  # 1150 ages out behind 5000
+    a.update(kernels([(8, 5000, 5000, 20, GEMM)]))  # over the process bound
+    assert a.unmatched == {"aged_out": 1, "process_limit": 1}
+    clock.now = 1.0  # pid 7 had no batch for longer than max_age_s: its slot and its kernel go
+    a.update(kernels([(8, 5001, 5001, 30, GEMM)]))  # pid 8 takes the slot
+    assert a.unmatched == {"aged_out": 2, "process_limit": 1}
     a.update(requests([{**A, "pid": 8, "start_ns": 4000, "end_ns": 6000, "queue_s": 0.0, "prefill_s": 2000e-9}]))
     assert phases(a.snapshot()) == {"m": (30, 0)}
+
+
+def test_each_process_ages_by_its_own_clock():
+    """A replayed capture with later timestamps beside a live process does not age the live one's kernels."""
+    clock = Clock()
+    a = ServingPhasesAnalyzer(max_age_s=1e-6, clock=clock)  # 1000 ns
+    a.update(kernels([(7, 1150, 1150, 10, GEMM), (7, 1400, 1410, 20, GEMM)]))  # live, waiting for its request
+    a.update(kernels([(9, 10**15 + i, 10**15 + i, 1, GEMM) for i in range(3)]))  # a replay, far ahead
+    assert a.unmatched == {}
+    a.update(requests([A]))  # within max_age_s of wall time: both processes stay
+    assert phases(a.snapshot()) == {"m": (10, 20)}
+    clock.now = 2.0  # both idle: the replay's kernels leave counted, pid 7's slot (its windows) with them
+    a.update(kernels([(7, 1500, 1500, 40, GEMM)]))
+    assert a.unmatched == {"aged_out": 3}
+    assert set(a._rings) == {("n", 7)} and a._rings[("n", 7)].size == 1
+    assert phases(a.snapshot()) == {"m": (10, 20)}
 
 
 def test_no_kernel_is_held_when_no_request_span_can_arrive():

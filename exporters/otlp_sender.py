@@ -6,9 +6,9 @@ one in flight through all its retries, are held under the queue's label (``otlp`
 ``forward:metrics``, ``forward:logs``); while the budget is over its limit the sender drops its own
 oldest queued requests. Every drop is counted (``aaco_events_dropped_total{component, reason}``,
 reasons ``queue_full`` and ``memory_budget``), so an upstream outage costs data at the old end,
-never memory. A sender thread ships requests; failures are retried with exponential backoff and
-jitter (the server's gRPC RetryInfo or HTTP Retry-After wins) for up to ``retry_max_elapsed_s``; a
-permanent error drops the request, counted (``rejected``, ``retries_exhausted``).
+never memory. A sender thread ships requests; failures are retried with exponential backoff up to
+``retry_max_interval_s`` and jitter (the server's gRPC RetryInfo or HTTP Retry-After wins) for up to
+``retry_max_elapsed_s``; a permanent error drops the request, counted (``rejected``, ``retries_exhausted``).
 
 Shutdown keeps one deadline: ``close(deadline)`` stops taking requests and from then on caps every
 send's timeout and every backoff by the time left; ``shutdown`` waits until the queue is sent or the
@@ -36,7 +36,6 @@ from aaco.exporters.otlp_transport import Transport, make_transport
 
 log = logging.getLogger("aaco.exporters.otlp")
 BACKOFF_INITIAL_S = 0.5
-BACKOFF_MAX_S = 16.0
 
 QUEUE_BYTES: Final = define(
     "aaco.agent.queue.bytes",
@@ -192,7 +191,8 @@ class OtlpSender(Flushing):
                 return False, 0, "rejected"
             delay = result.retry_after_s
             if delay is None:
-                delay = min(BACKOFF_MAX_S, BACKOFF_INITIAL_S * 2**attempt) * random.uniform(0.8, 1.2)
+                cap = self.target.retry_max_interval_s
+                delay = min(cap, BACKOFF_INITIAL_S * 2**attempt) * random.uniform(0.8, 1.2)
             attempt += 1
             if time.monotonic() + delay - started > self.retry_max_elapsed_s:
                 return False, 0, "retries_exhausted"

@@ -55,6 +55,11 @@ class OtlpConfig(ExporterSettings):
     max_spans_per_request: PositiveInt = Field(8192, description="Spans per export request.")
     metrics_interval_s: PositiveFloat = Field(10.0, description="How often metrics are exported over OTLP.")
     retry_max_elapsed_s: PositiveFloat = Field(120.0, description="Give up on a request after retrying this long.")
+    retry_max_interval_s: PositiveFloat = Field(
+        16.0,
+        description="Longest wait between two tries of a failed request (the backoff doubles from 0.5 s up to it); "
+        "it also caps the gRPC channel's reconnect backoff, so an upstream that comes back is used within it.",
+    )
     max_kernel_spans_per_trace: PositiveInt = Field(
         2000, description="Kernel spans per trace; beyond it kernels are summarised on the iteration span."
     )
@@ -87,6 +92,7 @@ class OtlpTarget:
     ca_file: Path | None = None
     cert_file: Path | None = None
     key_file: Path | None = None
+    retry_max_interval_s: float = 16.0
 
 
 def _env(env: Mapping[str, str], signal: str, name: str) -> tuple[str | None, bool]:
@@ -176,7 +182,9 @@ def resolve(
             raise AacoError("TLS file not found", subject=p, hint=f"check {subject}.tls")
     if (cert is None) != (key is None):
         raise AacoError("a client certificate needs its key and the key its certificate", subject=f"{subject}.tls")
-    return OtlpTarget(signal, protocol, url, secure, headers, compression, timeout, ca, cert, key)
+    return OtlpTarget(
+        signal, protocol, url, secure, headers, compression, timeout, ca, cert, key, cfg.retry_max_interval_s
+    )
 
 
 def _path(v: str | None) -> Path | None:

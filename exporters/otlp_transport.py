@@ -84,7 +84,12 @@ class GrpcTransport:
     """OTLP/gRPC with raw bytes in and out (the request is already encoded)."""
 
     def __init__(self, target: OtlpTarget, max_message_bytes: int = 64 * 1024 * 1024) -> None:
-        options = [("grpc.max_send_message_length", max_message_bytes), ("grpc.primary_user_agent", USER_AGENT)]
+        options = [
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.primary_user_agent", USER_AGENT),
+            # A reconnect backoff longer than the sender's own would fail its retries fast after the upstream is back.
+            ("grpc.max_reconnect_backoff_ms", round(target.retry_max_interval_s * 1000)),
+        ]
         if target.secure:
             creds = grpc.ssl_channel_credentials(_read(target.ca_file), _read(target.key_file), _read(target.cert_file))
             self._channel = grpc.secure_channel(target.url, creds, options)

@@ -12,7 +12,7 @@ import pytest
 
 from aaco.agent.config import load_config
 from aaco.agent.service import AgentService
-from aaco.contract.stats import EVENTS_DROPPED, EVENTS_EMITTED
+from aaco.contract.stats import EVENTS_DROPPED, EVENTS_EMITTED, EXPORT_ERRORS
 from tests.conftest import get_free_port
 from tests.support.otlp_receivers import GrpcReceiver, HttpReceiver
 
@@ -178,7 +178,12 @@ def test_tls_with_a_self_signed_certificate(tmp_path, samples):
 
 
 def test_upstream_down_then_back(tmp_path, samples):
-    """30 s without a receiver, then one appears: no crash, bounded queue, every span delivered or counted."""
+    """30 s without a receiver, then one appears: no crash, bounded queue, every span delivered or counted.
+
+    The outage is issue 4's 30 s. Retries are at most 1 s apart (``retry_max_interval_s``, which also caps
+    the gRPC channel's reconnect backoff) instead of the default 16 s, so the receiver's return is noticed
+    within a second rather than up to 20 s later: the 30 s of failed retries and the delivery are the same.
+    """
     port = get_free_port()
     svc = service(
         tmp_path,
@@ -187,11 +192,13 @@ def test_upstream_down_then_back(tmp_path, samples):
         queue_max_spans=100,
         max_spans_per_request=20,
         retry_max_elapsed_s=120,
+        retry_max_interval_s=1.0,
     )
     svc.start()
     time.sleep(30)
     otlp = next(e for e in svc.exporters if e.name == "otlp")
     assert otlp.sender.queued <= 100  # bounded while the upstream is away
+    assert svc.stats.get(EXPORT_ERRORS, exporter="otlp") > 0  # the outage was met: failed tries counted
     with GrpcReceiver(port=port) as rx:
         deadline = time.monotonic() + 60
         while not svc.sources_done() and time.monotonic() < deadline:

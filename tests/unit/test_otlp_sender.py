@@ -113,6 +113,19 @@ def test_bytes_are_held_while_in_flight_and_through_retries_then_released():
     s.shutdown(1)
 
 
+def test_retries_are_at_most_retry_max_interval_s_apart():
+    """Eight failures without a server-given delay: with the default 16 s cap they would take over a minute."""
+    t = FakeTransport(script=[SendResult(False, True, None, "unavailable")] * 8)
+    stats = Stats()
+    target = OtlpTarget("traces", "grpc", "127.0.0.1:1", False, timeout_s=10.0, retry_max_interval_s=0.02)
+    s = OtlpSender(target, stats, COMPONENT, 10**6, 60.0, transport=t, budget=ByteBudget(10**9, stats))
+    s.start()
+    s.enqueue(b"b" * 10, 1)
+    assert s.force_flush(10)
+    assert stats.get(EXPORT_ERRORS, exporter="otlp") == 8 and stats.get(EVENTS_EMITTED, component=COMPONENT) == 1
+    s.shutdown(1)
+
+
 def test_a_request_given_up_releases_its_bytes():
     t = FakeTransport(script=[SendResult(False, False, None, "HTTP 400")])
     s, stats, budget = sender(t)

@@ -226,6 +226,11 @@ def test_bad_endpoint_is_one_clear_error(tmp_path, aaco_bin, samples):
     assert "bad OTLP endpoint" in proc.stderr and "Traceback" not in proc.stderr
 
 
+# The replays below wait for their shutdown deadline with the upstream down; 2 s instead of the default 10 s
+# (the deadline's value is not their point: ending by it, and saying what was lost, is).
+SHORT_DEADLINE = {"AACO_PIPELINE_SHUTDOWN_TIMEOUT_S": "2"}
+
+
 def test_replay_exits_3_when_spans_it_was_asked_to_send_were_dropped(tmp_path, aaco_bin, samples):
     """Upstream down: the replay ends by its shutdown deadline, says how many were lost and why, and exits 3."""
     proc = run_aaco(
@@ -237,12 +242,14 @@ def test_replay_exits_3_when_spans_it_was_asked_to_send_were_dropped(tmp_path, a
         "--otlp-endpoint",
         f"http://127.0.0.1:{get_free_port()}",
         timeout=120,
+        env=SHORT_DEADLINE,
     )
     assert proc.returncode == 3, proc.stderr
     assert "34 span(s) not delivered over OTLP (exporter:otlp): not sent within pipeline.shutdown_timeout_s" in (
         proc.stderr
     )
     assert "metric point(s) not delivered over OTLP (exporter:otlp_metrics)" in proc.stderr
+    assert "not sent within pipeline.shutdown_timeout_s=2s and dropped: exporter:otlp 34" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert "AACO summary" in proc.stdout  # the replay itself went through
 
@@ -260,6 +267,7 @@ def test_replay_with_damaged_input_and_lost_spans_exits_2_and_says_both(tmp_path
         "--otlp-endpoint",
         f"http://127.0.0.1:{get_free_port()}",
         timeout=120,
+        env=SHORT_DEADLINE,
     )
     assert proc.returncode == 2, proc.stderr
     assert "truncated JSON" in proc.stderr and "span(s) not delivered over OTLP" in proc.stderr

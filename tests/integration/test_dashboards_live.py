@@ -186,9 +186,27 @@ def test_dashboards_against_the_live_demo(tmp_path: Path, aaco_bin: str):
                 absent = sorted(n for n in metric_names(expand(q.expr)) if not _has_series(prom, n))
                 return absent, [f"{n}: {NO_SERIES_BECAUSE[n]}" for n in absent if n in NO_SERIES_BECAUSE]
 
+            def slo_pending() -> list[dict]:
+                """The SLO breach alert for the model with the impossible SLO, pending or firing."""
+                return [
+                    a
+                    for a in http_json(prom.url + "/api/v1/alerts")["data"]["alerts"]
+                    if a["labels"]["alertname"] == "AacoIterationLatencySLOBreach"
+                    and a["labels"].get("model") == "light_resnet50"
+                ]
+
+            def exemplar_ids(series: str) -> set[str]:
+                doc = http_json(
+                    prom.url + "/api/v1/query_exemplars", {"query": series, "start": f"{time.time() - 600:.0f}"}
+                )
+                return {e["labels"]["trace_id"] for s in doc["data"] for e in s["exemplars"]}
+
+            exemplar_series = ("aaco_iteration_latency_seconds_bucket", "aaco_llm_time_to_first_token_seconds_bucket")
+
             # Poll until enough queries have data, every empty one is explained by series the demo
             # cannot have (others may still be warming up: rates need two scrapes, the analyzers'
-            # results their first samples) and the forced alert is in Alertmanager.
+            # results their first samples) and the forced alert is in Alertmanager. The SLO alert
+            # and the exemplars checked below are waited for in the same loop (they warm up meanwhile).
             deadline = time.monotonic() + DEADLINE_S
             while True:
                 assert agent.poll() is None, (tmp_path / "agent.log").read_text()[-3000:]
@@ -196,7 +214,13 @@ def test_dashboards_against_the_live_demo(tmp_path: Path, aaco_bin: str):
                 empty = [q for q in queries if _empty(prom, expand(q.expr), q.instant, since)]
                 forced = _alertmanager_alerts(am, "AacoGpuUncorrectableErrors")
                 enough = len(empty) <= (1 - MIN_SHARE) * len(queries)
-                if enough and forced and all(len(why) == len(absent) > 0 for absent, why in map(explain, empty)):
+                if (
+                    enough
+                    and forced
+                    and all(len(why) == len(absent) > 0 for absent, why in map(explain, empty))
+                    and slo_pending()
+                    and all(exemplar_ids(s) & _ids_from_receiver(receiver) for s in exemplar_series)
+                ):
                     break
                 if time.monotonic() > deadline:
                     break
@@ -236,27 +260,12 @@ def test_dashboards_against_the_live_demo(tmp_path: Path, aaco_bin: str):
             assert bad == [], bad
 
             # The SLO breach alert is on its way for the model with the impossible SLO.
-            pending = wait_for(
-                lambda: [
-                    a
-                    for a in http_json(prom.url + "/api/v1/alerts")["data"]["alerts"]
-                    if a["labels"]["alertname"] == "AacoIterationLatencySLOBreach"
-                    and a["labels"].get("model") == "light_resnet50"
-                ],
-                60,
-                what="AacoIterationLatencySLOBreach pending",
-            )
+            pending = wait_for(slo_pending, 60, what="AacoIterationLatencySLOBreach pending")
             assert pending[0]["state"] in ("pending", "firing") and pending[0]["labels"]["node"] == "demo-node"
 
             # Exemplars: the latency histogram's trace IDs are those of traces the OTLP receiver got.
             # The same for the LLM requests' time to first token: the request spans forwarded upstream.
-            def exemplar_ids(series: str = "aaco_iteration_latency_seconds_bucket") -> set[str]:
-                doc = http_json(
-                    prom.url + "/api/v1/query_exemplars", {"query": series, "start": f"{time.time() - 600:.0f}"}
-                )
-                return {e["labels"]["trace_id"] for s in doc["data"] for e in s["exemplars"]}
-
-            for series in ("aaco_iteration_latency_seconds_bucket", "aaco_llm_time_to_first_token_seconds_bucket"):
+            for series in exemplar_series:
                 exemplars = wait_for(lambda s=series: exemplar_ids(s), 60, what=f"exemplars of {series} in Prometheus")
                 assert all(re.fullmatch(r"[0-9a-f]{32}", t) for t in exemplars)
                 wait_for(lambda e=exemplars: e & _ids_from_receiver(receiver), 60, what=f"{series}: a trace upstream")

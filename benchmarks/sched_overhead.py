@@ -57,6 +57,13 @@ OPS = re.compile(r"([\d.]+)\s+ops/sec")
 
 
 CPU_NS: dict[str, list[float]] = {}
+ATTACH_SAID = {"task": "BTF-typed tracepoints", "raw": "raw tracepoints", "classic": "classic tracepoints"}
+ATTACHED: set[str] = set()  # how the agents attached, from their logs
+
+
+def attach_of() -> str:
+    """How the agents of this run attached their programs (one word, or several joined when they differed)."""
+    return "+".join(sorted(ATTACHED)) or "unknown"
 
 
 def perf_pipe(loops: int, cpu: int | None, mode: str | None = None) -> float:
@@ -118,6 +125,7 @@ def start_agent(workdir: Path, all_tasks: bool) -> tuple[subprocess.Popen[str], 
     while time.monotonic() < deadline:
         text = log.read_text()
         if "using the ebpf backend" in text:
+            ATTACHED.update(k for k, said in ATTACH_SAID.items() if said in text)
             time.sleep(1.5)  # past its first drain
             return proc, log
         if proc.poll() is not None or "using the proc backend" in text:
@@ -182,15 +190,12 @@ def program_costs(loops: int, cpu: int | None) -> dict[str, dict[str, float]]:
         stats.write_text("1")
         perf_pipe(loops, cpu)
         out = {}
-        for name, fn in backend._bpf.funcs.items():
-            info = dict(
-                line.split(":\t", 1)
-                for line in Path(f"/proc/self/fdinfo/{fn.fd}").read_text().splitlines()
-                if ":\t" in line
-            )
+        for name, fd in backend.program_fds().items():
+            lines = Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines()
+            info = dict(line.split(":\t", 1) for line in lines if ":\t" in line)
             runs, ns = int(info.get("run_cnt", 0)), int(info.get("run_time_ns", 0))
             if runs:
-                out[name.decode()] = {"runs": runs, "ns_per_run": round(ns / runs, 1)}
+                out[name] = {"runs": runs, "ns_per_run": round(ns / runs, 1)}
         return out
     finally:
         stats.write_text(old)
@@ -267,6 +272,7 @@ def main() -> None:
             "loops": args.loops,
             "pinned_cpu": cpu,
             "mode": "ebpf, all_tasks, 1 s drains",
+            "attach": attach_of(),
             "ops_per_s_without": [round(x) for x in without],
             "ops_per_s_with": [round(x) for x in with_agent],
             "median_ops_per_s_without": round(med_without),

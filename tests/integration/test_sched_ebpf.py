@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -107,6 +109,63 @@ def test_ebpf_counts_a_sleeper_under_load_and_proc_agrees(ebpf, sleeper_under_lo
     assert we["runqueue_waits"] > 0 and we["oncpu_s"] > 0 and we["offcpu_s"] > 0
     assert we["comm"].startswith("python")
     assert abs(we["context_switches"] - wp["context_switches"]) <= 0.10 * wp["context_switches"], (we, wp)
+
+
+@contextmanager
+def stopped(pid: int) -> Iterator[None]:
+    """``pid`` stopped (SIGSTOP, and off its CPU) for the block, then continued."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "T", 5, 0.01)
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def _totals(d: rows.Drain, tgid: int) -> dict[str, int]:
+    mine = d.threads.tgid == tgid
+    v = d.threads.values
+    return {
+        "oncpu": int(v[rows.ONCPU][mine].sum()),
+        "rq_wait": int(v[rows.RQ_WAIT][mine].sum()),
+        "switches": int(v[rows.VOLUNTARY][mine].sum() + v[rows.INVOLUNTARY][mine].sum()),
+    }
+
+
+@pytest.mark.parametrize("attach", ["task", "raw"])
+def test_agrees_with_proc_within_one_percent(ebpf, sleeper_under_load, attach):
+    """Over the same 3 s, the eBPF source's on-CPU time, runqueue wait and context switches of a
+    sleeper among CPU hogs are within 1 % of what /proc reports (issue 18's bound).
+
+    The raw fallback times a slice between its two tracepoints, where the kernel's sum_exec_runtime
+    (what /proc reports) also holds the scheduler's own work around them: on 15 µs slices in a VM
+    that is a quarter more, so only its waits and switches are held to 1 % (docs/sched.md)."""
+    from aaco.agent.sources.sched.btf import task_layout, task_program_layout
+    from aaco.agent.sources.sched.ebpf import EbpfBackend, EbpfSettings, kernel_counts_waits
+    from aaco.agent.sources.sched.proc import ProcBackend
+
+    if task_layout() is None or not kernel_counts_waits() or (attach == "task" and task_program_layout() is None):
+        pytest.skip(f"{attach} needs BTF and the kernel's sched_info here")
+    pid = sleeper_under_load
+    ebpf_b, proc_b = EbpfBackend(EbpfSettings(attach=attach)), ProcBackend()
+    try:
+        assert ebpf_b.attach == attach
+        for b in (ebpf_b, proc_b):
+            b.set_targets({pid})
+        time.sleep(0.2)  # past the sleeper's first switch-out: its entry exists
+        with stopped(pid):  # both windows start here...
+            proc_b.drain()
+            ebpf_b.drain()
+        time.sleep(3.0)
+        with stopped(pid):  # ...and end here, with the sleeper stopped: the same window, however loaded the machine
+            proc_d = proc_b.drain()
+            ebpf_d = ebpf_b.drain()
+    finally:
+        ebpf_b.close()
+    got, want = _totals(ebpf_d, pid), _totals(proc_d, pid)
+    assert want["switches"] > 1000 and want["rq_wait"] > 0 and want["oncpu"] > 0, want
+    for key in ("oncpu", "rq_wait", "switches") if attach == "task" else ("rq_wait", "switches"):
+        assert abs(got[key] - want[key]) <= 0.01 * want[key], (key, got, want)
 
 
 def test_offcpu_intervals_are_published_with_unix_times(ebpf, sleeper_under_load):
@@ -314,17 +373,22 @@ pipeline: {{snapshot_interval_s: 0.5}}
     assert set(lake.column("pid").to_pylist()) == {agent.pid}
 
 
-@pytest.mark.parametrize("sched_info", [True, False])
-@pytest.mark.parametrize("attach", ["raw", "classic"])
-def test_both_attachments_count_the_same_thing(ebpf, sleeper_under_load, attach, sched_info):
-    """Raw tracepoints (task offsets from BTF) where the kernel allows, classic ones as the fallback;
-    runqueue waits from the kernel's sched_info where BTF gives its offset, else from wakeups."""
-    from aaco.agent.sources.sched.btf import task_layout
+@pytest.mark.parametrize(
+    ("attach", "sched_info"),
+    [("task", True), ("raw", True), ("raw", False), ("classic", True), ("classic", False)],
+)
+def test_every_attachment_counts_the_same_thing(ebpf, sleeper_under_load, attach, sched_info):
+    """Task storage on BTF-typed tracepoints where the kernel allows, else raw tracepoints (task
+    offsets from BTF), classic ones as the last fallback; runqueue waits from the kernel's
+    sched_info where BTF gives its offset, else from wakeups."""
+    from aaco.agent.sources.sched.btf import task_layout, task_program_layout
     from aaco.agent.sources.sched.ebpf import EbpfBackend, EbpfSettings, kernel_counts_waits
 
     layout = task_layout()
-    if attach == "raw" and layout is None:
+    if attach != "classic" and layout is None:
         pytest.skip("this kernel's BTF does not give the task layout: only classic tracepoints here")
+    if attach == "task" and task_program_layout() is None:
+        pytest.skip("this kernel's BTF lacks what the task-storage program reads")
     if sched_info and (layout is None or layout.sched_info_offset is None or not kernel_counts_waits()):
         pytest.skip("this kernel does not keep sched_info (or BTF does not place it): waits come from wakeups")
     backend = EbpfBackend(EbpfSettings(attach=attach, sched_info=sched_info))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from aaco.agent.sources.sched.btf import RAW_TRACEPOINTS, task_layout
+from aaco.agent.sources.sched.btf import RAW_TRACEPOINTS, TASK_PROGRAM_TRACEPOINTS, task_layout, task_program_layout
 
 
 class Blob:
@@ -98,3 +98,42 @@ def test_inconsistent_strings_give_none(tmp_path: Path):
     path = tmp_path / "v"
     path.write_bytes(bytes(blob[: len(blob) - 40]))  # names point past the end
     assert task_layout(path) is None
+
+
+def task_program_blob(last_arrival: int = 32, iterator: bool = True) -> bytes:
+    """A kernel's BTF with what sched_task.c reads: task_struct.comm and .se, sched_entity.sum_exec_runtime,
+    sched_info.last_arrival, the tracepoints' typedefs and the task iterator's function."""
+    b = Blob()
+    u64 = b.add(1, "unsigned long long", 8, extra=struct.pack("<I", 64))
+
+    def struct_of(name: str, size: int, fields: list[tuple[str, int, int]]) -> int:
+        body = b"".join(struct.pack("<III", b.s(n), t, off * 8) for n, off, t in fields)
+        return b.add(4, name, size, len(fields), body)
+
+    se = struct_of("sched_entity", 256, [("exec_start", 96, u64), ("sum_exec_runtime", 104, u64)])
+    info = struct_of("sched_info", 48, [("pcount", 0, u64), ("run_delay", 8, u64), ("last_arrival", last_arrival, u64)])
+    struct_of("task_struct", 4096, [("se", 128, se), ("sched_info", 1008, info), ("comm", 1752, u64)])
+    proto = b.add(13, "", 0, 1, struct.pack("<II", 0, u64))
+    for tp in TASK_PROGRAM_TRACEPOINTS:
+        b.add(8, f"btf_trace_{tp}", b.add(2, "", proto))
+    if iterator:
+        b.add(12, "bpf_iter_task", proto, 1)
+    return b.bytes()
+
+
+def test_task_program_layout_from_btf(tmp_path: Path):
+    path = tmp_path / "vmlinux"
+    path.write_bytes(task_program_blob())
+    layout = task_program_layout(path)
+    assert layout is not None
+    assert (layout.comm_offset, layout.sum_exec_offset) == (1752, 128 + 104)
+    assert set(layout.btf_ids) == {f"btf_trace_{tp}" for tp in TASK_PROGRAM_TRACEPOINTS} | {"bpf_iter_task"}
+    assert len(set(layout.btf_ids.values())) == len(layout.btf_ids)  # each its own type id
+
+
+def test_task_program_layout_refuses_what_the_program_would_misread(tmp_path: Path):
+    path = tmp_path / "vmlinux"
+    for blob in (task_program_blob(last_arrival=40), task_program_blob(iterator=False), b"junk" * 10):
+        path.write_bytes(blob)
+        assert task_program_layout(path) is None
+    assert task_program_layout(tmp_path / "missing") is None

@@ -22,7 +22,7 @@ from pathlib import Path
 
 BTF_PATH = Path("/sys/kernel/btf/vmlinux")
 _MAGIC = 0xEB9F
-_STRUCT, _UNION, _PTR, _TYPEDEF, _FUNC_PROTO = 4, 5, 2, 8, 13
+_STRUCT, _UNION, _PTR, _TYPEDEF, _FUNC, _FUNC_PROTO = 4, 5, 2, 8, 12, 13
 # Bytes after the 12-byte common header: fixed per kind, plus per-vlen entries.
 _FIXED = {1: 4, 3: 12, 14: 4, 17: 4}
 _PER_VLEN = {4: 12, 5: 12, 6: 8, 13: 8, 15: 12, 19: 12}
@@ -144,3 +144,63 @@ def _task_layout(path: Path) -> TaskLayout | None:
         switch_has_state=switch_has_state,
         exit_has_group_dead=arity["sched_process_exit"] >= 3,
     )
+
+
+@dataclass(frozen=True)
+class TaskProgramLayout:
+    """What ``sched_task.c`` needs of the running kernel: BTF ids to attach to, task_struct offsets."""
+
+    btf_ids: dict[str, int]  # btf_trace_<tracepoint> typedefs and the bpf_iter_task function
+    comm_offset: int
+    sum_exec_offset: int  # task_struct.se.sum_exec_runtime
+
+
+TASK_PROGRAM_TRACEPOINTS = (
+    "sched_switch",
+    "task_newtask",
+    "sched_process_exec",
+    "sched_process_exit",
+    "page_fault_user",
+)
+_ITER_FUNC = "bpf_iter_task"
+
+
+def task_program_layout(path: Path = BTF_PATH) -> TaskProgramLayout | None:
+    """The BTF ids and offsets of ``sched_task.c``, or None when BTF lacks any of them.
+
+    Also None unless ``sched_info`` ends in ``last_arrival`` at byte 32 and ``sched_entity`` has
+    ``sum_exec_runtime``: the program reads them as u64 at those places.
+    """
+    try:
+        data = path.read_bytes()
+        parsed = _parse(data)
+    except (OSError, struct.error, ValueError, IndexError):
+        return None
+    if parsed is None:
+        return None
+    types, strings = parsed
+
+    def name(off: int) -> str:
+        start = strings + off
+        return data[start : data.index(b"\0", start)].decode("ascii", "replace")
+
+    def members(t: _Type) -> dict[str, int]:
+        return {name(m[0]): ((m[2] & 0xFFFFFF) if t[3] else m[2]) // 8 for m in t[4]}
+
+    wanted = {f"btf_trace_{tp}" for tp in TASK_PROGRAM_TRACEPOINTS}
+    ids: dict[str, int] = {}
+    structs: dict[str, dict[str, int]] = {}
+    for type_id, t in enumerate(types):
+        kind = t[0]
+        if kind in (_TYPEDEF, _FUNC):
+            n = name(t[1])
+            if (kind == _TYPEDEF and n in wanted) or (kind == _FUNC and n == _ITER_FUNC):
+                ids.setdefault(n, type_id)
+        elif kind == _STRUCT and name(t[1]) in ("task_struct", "sched_entity", "sched_info"):
+            structs.setdefault(name(t[1]), members(t))
+    task, se, info = (structs.get(k, {}) for k in ("task_struct", "sched_entity", "sched_info"))
+    if len(ids) != len(wanted) + 1 or info.get("last_arrival") != 32:
+        return None
+    if "comm" not in task or "se" not in task or "sum_exec_runtime" not in se:
+        return None
+    return TaskProgramLayout(ids, task["comm"], task["se"] + se["sum_exec_runtime"])

@@ -1,14 +1,20 @@
-"""The eBPF backend of the ``sched`` source: ``sched_bpf.c`` loaded with bcc, drained every interval.
+"""The eBPF backend of the ``sched`` source: a bcc-compiled program, drained every interval.
 
 bcc is Debian's ``python3-bpfcc`` (``import bcc``; the PyPI package named ``bcc`` is unrelated),
 made importable from the virtualenv by ``.ci/setup`` without the rest of the system's packages.
-The program (see its header) keeps cumulative per-thread counters and a per-thread log2
-histogram of runqueue waits in one fixed-size map; each ``drain`` reads it with one batched
-syscall (``BPF_MAP_LOOKUP_BATCH``; one lookup per key where the kernel lacks it), turns it into
-deltas against the previous drain (an entry whose counters went backwards was evicted and
-re-created: its value is the delta), sums the histograms per process, deletes the entries of
-threads that exited (or whose process is no longer a target), and consumes the off-CPU ring buffer.
-``close`` detaches and unloads everything (idempotent).
+Two programs keep the same cumulative per-thread counters and log2 histogram of runqueue waits
+(``struct aaco_thread_t``, ``sched_common.h``):
+
+- ``sched_task.c`` (``attach: task``, preferred): BTF-typed tracepoints, each thread's entry in
+  task-local storage, read by a task iterator (``task_prog``); threads that exited wait in a map;
+- ``sched_bpf.c`` (``raw`` or ``classic`` tracepoints, the fallback): every entry in one
+  fixed-size map, read with one batched syscall (``BPF_MAP_LOOKUP_BATCH``; one lookup per key
+  where the kernel lacks it).
+
+Each ``drain`` turns the entries into deltas against the previous drain (an entry whose counters
+went backwards was evicted and re-created: its value is the delta), sums the histograms per
+process, deletes the entries of threads that exited (or whose process is no longer a target), and
+consumes the off-CPU ring buffer. ``close`` detaches and unloads everything (idempotent).
 """
 
 from __future__ import annotations
@@ -27,8 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from aaco.agent.sources.sched.btf import TaskLayout, task_layout
+from aaco.agent.sources.sched.btf import TaskLayout, task_layout, task_program_layout
+from aaco.agent.sources.sched.deltas import Cumulative, hist_per_process
 from aaco.agent.sources.sched.host import TRACEFS_DIRS, tracefs
+from aaco.agent.sources.sched.task_prog import TaskProgram, read_iterator, syscall_number
 from aaco.contract.clock import boottime_offset
 from aaco.contract.sched import (
     FAULT_OFFCPU,
@@ -46,7 +54,7 @@ from aaco.contract.sched import (
 
 log = logging.getLogger("aaco.sources.sched")
 
-# Must match struct aaco_thread_t / aaco_offcpu_event_t in sched_bpf.c.
+# Must match struct aaco_thread_t / aaco_offcpu_event_t in sched_common.h.
 _COUNTERS = ("oncpu_ns", "offcpu_ns", "rq_wait_ns", "fault_offcpu_ns", "voluntary", "involuntary", "faults", "rq_count")
 _METRIC_OF = {
     "oncpu_ns": ONCPU,
@@ -72,6 +80,7 @@ THREAD_DTYPE = np.dtype(
         ("fault_ts", "<u8"),
         ("pcount", "<u8"),
         ("run_delay", "<u8"),
+        ("sum_exec", "<u8"),
         ("hist", "<u4", (HIST_SLOTS,)),
     ]
 )
@@ -100,9 +109,10 @@ def kernel_counts_waits() -> bool:
     return len(fields) >= 3 and int(fields[2]) > 0
 
 
-def bpf_source() -> str:
-    """The program's C source (package data)."""
-    return resources.files("aaco.agent.sources.sched").joinpath("sched_bpf.c").read_text()
+def bpf_source(name: str = "sched_bpf.c") -> str:
+    """A program's C source (package data), after the definitions both programs share (``sched_common.h``)."""
+    folder = resources.files("aaco.agent.sources.sched")
+    return folder.joinpath("sched_common.h").read_text() + "\n" + folder.joinpath(name).read_text()
 
 
 @dataclass(frozen=True)
@@ -115,64 +125,8 @@ class EbpfSettings:
     offcpu_threshold_ns: int = 0  # 0: no off-CPU interval events
     ringbuf_pages: int = 64
     max_events_per_drain: int = 10_000
-    attach: str = "auto"  # raw (needs BTF offsets), classic, or auto (raw where BTF allows)
+    attach: str = "auto"  # task (task storage, BTF), raw (needs BTF offsets), classic, or auto (the first that loads)
     sched_info: bool = True  # runqueue waits from the kernel's sched_info where BTF allows (no wakeup program)
-
-
-class _Cumulative:
-    """Previous cumulative values per key, to turn the kernel's counters into deltas."""
-
-    def __init__(self, width: int, wrap_from: int | None = None) -> None:
-        self.wrap_from = width if wrap_from is None else wrap_from
-        self.keys = np.zeros(0, dtype=np.uint64)
-        self.vals = np.zeros((0, width), dtype=np.uint64)
-        self.tags = np.zeros(0, dtype=np.uint64)
-
-    def __len__(self) -> int:
-        return int(self.keys.size)
-
-    def delta(self, keys: np.ndarray, vals: np.ndarray, tags: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
-        """Deltas of ``vals`` (rows keyed by ``keys``), how many known keys vanished, and the sort order.
-
-        Rows come back sorted by key: ``order`` is the permutation applied to the inputs.
-        A key seen for the first time counts from zero; a key whose tag (the tgid of a tid)
-        changed, or any of whose counters went backwards, was re-created: its value is the delta.
-        Columns from ``wrap_from`` on are u32 counters: their deltas are taken modulo 2**32 and
-        they take no part in telling a re-created entry.
-        """
-        order = np.argsort(keys, kind="stable")
-        keys, vals, tags = keys[order], vals[order], tags[order]
-        prev = np.zeros_like(vals)
-        if self.keys.size and keys.size:
-            idx = np.clip(np.searchsorted(self.keys, keys), 0, self.keys.size - 1)
-            found = (self.keys[idx] == keys) & (self.tags[idx] == tags)
-            prev[found] = self.vals[idx[found]]
-        delta = vals.astype(np.int64) - prev.astype(np.int64)
-        w = self.wrap_from
-        delta[:, w:] &= 0xFFFFFFFF
-        reset = (delta[:, :w] < 0).any(axis=1)
-        delta[reset] = vals[reset].astype(np.int64)
-        vanished = int(np.setdiff1d(self.keys, keys, assume_unique=True).size) if self.keys.size else 0
-        self.keys, self.vals, self.tags = keys, vals, tags
-        return delta, vanished, order
-
-    def forget(self, keys: np.ndarray) -> None:
-        """Drop ``keys`` (deleted from the kernel map)."""
-        if keys.size and self.keys.size:
-            keep = ~np.isin(self.keys, keys)
-            self.keys, self.vals, self.tags = self.keys[keep], self.vals[keep], self.tags[keep]
-
-
-def _hist_per_process(tgids: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-thread histogram deltas (rows: threads, columns: slots) summed per tgid: non-zero (tgid, slot, count)."""
-    if not tgids.size:
-        empty = np.zeros(0, np.int64)
-        return empty, empty, empty
-    uniq, inverse = np.unique(tgids, return_inverse=True)
-    per = np.zeros((uniq.size, counts.shape[1]), np.int64)
-    np.add.at(per, inverse, counts)
-    rows, slots = np.nonzero(per)
-    return uniq[rows].astype(np.int64), slots.astype(np.int64), per[rows, slots]
 
 
 def _comm(raw: bytes) -> str:
@@ -224,22 +178,33 @@ class EbpfBackend:
         if settings.all_tasks:
             cflags.append("-DAACO_ALL_TASKS")
         layout = task_layout()
-        if settings.attach == "raw" and layout is None:
-            raise RuntimeError("raw tracepoints need the task layout from the kernel's BTF, which is unusable here")
-        self.attach = "raw" if layout is not None and settings.attach != "classic" else "classic"
-        cflags += self._raw_flags(layout) if layout is not None and self.attach == "raw" else self._classic_flags()
+        if settings.attach in ("raw", "task") and layout is None:
+            raise RuntimeError(f"{settings.attach} needs the task layout from the kernel's BTF, which is unusable here")
         info_off = layout.sched_info_offset if layout is not None and settings.sched_info else None
         self.rq_source = "sched_info" if info_off is not None and kernel_counts_waits() else "wakeup"
-        if self.rq_source == "sched_info":
-            cflags.append(f"-DAACO_SCHED_INFO_OFF={info_off}")
-        self._bpf: Any = BPF(text=bpf_source().encode(), cflags=cflags)
+        self._task: TaskProgram | None = None
+        self.fallback: str | None = None  # why task storage is not used
+        if settings.attach in ("raw", "classic"):
+            self.fallback = f"configured (attach: {settings.attach})"
+        if settings.attach in ("auto", "task"):
+            self._bpf = self._load_task(BPF, cflags, layout)
+            if self._bpf is None and settings.attach == "task":
+                raise RuntimeError(f"the task-storage program cannot run here: {self.fallback}")
+        if self._task is None:
+            self.attach = "raw" if layout is not None and settings.attach != "classic" else "classic"
+            cflags += self._raw_flags(layout) if layout is not None and self.attach == "raw" else self._classic_flags()
+            if self.rq_source == "sched_info":
+                cflags.append(f"-DAACO_SCHED_INFO_OFF={info_off}")
+            self._bpf = BPF(text=bpf_source("sched_bpf.c").encode(), cflags=cflags)
         self._lib = __import__("bcc.libbcc", fromlist=["lib"]).lib
         self._targets_map = self._bpf[b"targets"]
-        self._threads_map = self._bpf[b"threads"]
+        # The map the drain reads and deletes from: every thread (hash), or those that exited (task storage).
+        self._threads_map = self._bpf[b"exited" if self._task else b"threads"]
         self._counters = self._bpf[b"counters"]
         self._targets: set[int] = set()
-        self._threads = _Cumulative(len(_COUNTERS) + HIST_SLOTS, wrap_from=len(_COUNTERS))
+        self._threads = Cumulative(len(_COUNTERS) + HIST_SLOTS, wrap_from=len(_COUNTERS))
         self._counters_prev = dict.fromkeys(_COUNTER_REASONS, 0)
+        self._over_cap = 0
         self._events: list[bytes] = []
         self._events_dropped = 0
         self._batch_ok = True
@@ -248,6 +213,40 @@ class EbpfBackend:
         self._clock = boottime_offset()
         self._last_ns = time.time_ns()
         self.closed = False
+
+    def _load_task(self, bpf_class: Any, cflags: list[str], layout: TaskLayout | None) -> Any:
+        """Compile and attach ``sched_task.c`` (``attach`` becomes "task"); None, with ``fallback`` set, if not."""
+        tl = task_program_layout()
+        if layout is None or tl is None:
+            self.fallback = "the kernel's BTF lacks a tracepoint, the iterator or a field sched_task.c reads"
+        elif not (layout.switch_has_state and layout.exit_has_group_dead):
+            self.fallback = "sched_switch without prev_state or sched_process_exit without group_dead (kernel < 5.18)"
+        elif self.rq_source != "sched_info" or layout.sched_info_offset is None:
+            self.fallback = "the kernel keeps no sched_info (runqueue waits), or sched_info is off in the settings"
+        elif syscall_number() is None:
+            self.fallback = "bpf()'s system call number is not known for this machine"
+        if self.fallback is not None or layout is None or tl is None:
+            return None
+        flags = [
+            *cflags,
+            f"-DAACO_MAX_EXITED={self.settings.max_threads}",
+            f"-DAACO_PID_OFF={layout.pid_offset}",
+            f"-DAACO_TGID_OFF={layout.tgid_offset}",
+            f"-DAACO_COMM_OFF={tl.comm_offset}",
+            f"-DAACO_SCHED_INFO_OFF={layout.sched_info_offset}",
+            f"-DAACO_SUM_EXEC_OFF={tl.sum_exec_offset}",
+        ]
+        bpf = None
+        try:
+            bpf = bpf_class(text=bpf_source("sched_task.c").encode(), cflags=flags)
+            self._task = TaskProgram(bpf, tl)
+        except Exception as exc:  # bcc reports compile failures, the kernel load failures, as plain exceptions
+            self.fallback = f"loading it failed: {type(exc).__name__}: {str(exc).strip()[:300]}"
+            if bpf is not None:
+                bpf.cleanup()
+            return None
+        self.attach = "task"
+        return bpf
 
     @staticmethod
     def _raw_flags(layout: TaskLayout) -> list[str]:
@@ -363,8 +362,7 @@ class EbpfBackend:
         now = time.time_ns()
         interval = max(1, now - self._last_ns)
         self._last_ns = now
-        # Keys: task_struct pointers (raw) or tids (classic); the tid and tgid are in the values.
-        keys, vals = self._read(self._threads_map, np.dtype("<u8"), THREAD_DTYPE)
+        keys, vals = self._entries()
         known = vals["tgid"] != 0  # a thread seen only waking or switching in: counted once its process is known
         keys, vals = keys[known], vals[known]
         # Deltas are tracked per (tid, tgid), not per map key: an exiting thread's entry moves from its
@@ -390,11 +388,13 @@ class EbpfBackend:
         # Entries to delete after this last read: exited threads, and threads of former targets.
         gone = exited if self.settings.all_tasks else exited | ~np.isin(tgids, list(self._targets))
         if gone.any():
-            self._delete(self._threads_map, keys[gone])
+            self._delete(self._threads_map, keys[gone & (keys != 0)])
             self._threads.forget(ids[gone])
         ended = sorted(set(tids[exited & (tids == tgids)].tolist()))
-        hist_tgid, hist_slot, hist_count = _hist_per_process(tgids, delta[:, n:])
+        hist_tgid, hist_slot, hist_count = hist_per_process(tgids, delta[:, n:])
         dropped = self._kernel_drops()
+        if self._over_cap:
+            dropped["threads_over_cap"], self._over_cap = self._over_cap, 0
         if evicted:
             dropped["stats_evicted"] = dropped.get("stats_evicted", 0) + evicted
         events = self._take_events()
@@ -412,6 +412,22 @@ class EbpfBackend:
             exited=ended,
             dropped=dropped,
         )
+
+    def _entries(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every thread's entry, and the key to delete it by once read (0: task storage, not deleted here).
+
+        Keys are task_struct pointers (raw), tids (classic, and threads that exited under task
+        storage); the tid and tgid are in the values. Under task storage, the exited threads come
+        first, so that a thread also still listed by the iterator is taken as exited.
+        """
+        keys, vals = self._read(self._threads_map, np.dtype("<u8"), THREAD_DTYPE)
+        if self._task is None:
+            return keys, vals
+        size = THREAD_DTYPE.itemsize
+        raw, over = read_iterator(self._task.iterator, self.settings.max_threads * size)
+        self._over_cap += over // size
+        live = np.frombuffer(raw, dtype=THREAD_DTYPE)
+        return np.concatenate([keys, np.zeros(live.size, np.uint64)]), np.concatenate([vals, live])
 
     def _kernel_drops(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -450,8 +466,17 @@ class EbpfBackend:
             ("threads", self._threads_map, np.dtype("<u8"), THREAD_DTYPE),
         ):
             out[name] = int(self._read(table, kd, vd)[0].size)
+        if self._task is not None:  # the exited threads' map, and the threads in task storage
+            raw, over = read_iterator(self._task.iterator, self.settings.max_threads * THREAD_DTYPE.itemsize)
+            out["threads"] += (len(raw) + over) // THREAD_DTYPE.itemsize
         out["user_threads"] = len(self._threads)
         return out
+
+    def program_fds(self) -> dict[str, int]:
+        """Each loaded program's name and fd (for the kernel's per-program statistics)."""
+        if self._task is not None:
+            return dict(self._task.programs)
+        return {name.decode(): fn.fd for name, fn in self._bpf.funcs.items()}
 
     def kernel_targets(self) -> set[int]:
         """The tgids in the kernel's target map."""
@@ -463,6 +488,8 @@ class EbpfBackend:
         if self.closed:
             return
         self.closed = True
+        if self._task is not None:
+            self._task.close()
         bpf, self._bpf = self._bpf, None
         if bpf is not None:
             bpf.cleanup()

@@ -42,78 +42,12 @@
 // has the group_dead argument), AACO_SCHED_INFO_OFF (optional); raw: AACO_RAW, AACO_PID_OFF,
 // AACO_TGID_OFF, AACO_SWITCH_HAS_STATE (sched_switch passes prev_state) or AACO_STATE_OFF.
 
-#define AACO_STATE_MASK 0xff        // classic prev_state bits of a sleeping task; 0: runnable (preempted or yielded)
-#define AACO_UNINTERRUPTIBLE 0x2    // TASK_UNINTERRUPTIBLE, both as reported ("D") and raw
-#define AACO_DEAD_MASK 0x30         // classic: EXIT_DEAD ("X") | EXIT_ZOMBIE ("Z"): the task's final switch
-#define AACO_TASK_DEAD 0x80         // raw: TASK_DEAD in __state
-#define AACO_CLONE_THREAD 0x10000ULL
-#define AACO_HIST_SLOTS 40          // log2 slots of a wait in ns; the last also holds longer waits (>= 2^39 ns)
+// Constants, struct aaco_thread_t, the targets, counters and off-CPU ring buffer maps and the
+// shared accounting (aaco_wanted, aaco_wait, aaco_sched_info, aaco_gap, aaco_switched_out) are in
+// sched_common.h, which the agent prepends to this file.
 
-#define ST_FAULT_BLOCK 1  // the last switch-out was an uninterruptible sleep after a page fault in the same slice
-#define ST_EXITED 2       // sched_process_exit seen: the agent reads the entry once more, then deletes it
-#define ST_INFO_SEEN 4    // pcount and run_delay hold the kernel's values at the last switch-out
-
-#define CNT_RINGBUF_LOST 0
-#define CNT_THREADS_FULL 1
-
-// One entry per thread, keyed by task_struct pointer (raw) or tid (classic): cumulative counters
-// (the agent reads them), then timing state. The histogram's counts are u32 (the agent takes their
-// deltas modulo 2^32) to keep the entry, which a new thread's creation builds on the stack, small.
-struct aaco_thread_t {
-    u64 oncpu_ns;
-    u64 offcpu_ns;
-    u64 rq_wait_ns;
-    u64 fault_offcpu_ns;
-    u64 voluntary;
-    u64 involuntary;
-    u64 faults;
-    u64 rq_count;
-    u32 tid;
-    u32 tgid;      // 0 until known
-    u32 flags;
-    u32 pad;
-    char comm[16];
-    u64 out_ts;    // switched out at (0: not seen switching out yet)
-    u64 ready_ts;  // runnable since (wakeup or preemption; 0: not waiting); without AACO_SCHED_INFO_OFF
-    u64 fault_ts;  // last user page fault in the current slice (0: none)
-    u64 pcount;    // sched_info.pcount at the last switch-out (ST_INFO_SEEN)
-    u64 run_delay; // sched_info.run_delay at the last switch-out (ST_INFO_SEEN)
-    u32 hist[AACO_HIST_SLOTS];
-};
-
-struct aaco_offcpu_event_t {
-    u64 start_ns;
-    u64 end_ns;
-    u32 tgid;
-    u32 tid;
-    u32 flags;
-    u32 pad;
-    char comm[16];
-};
-
-BPF_HASH(targets, u32, u8, AACO_MAX_TARGETS);
 BPF_TABLE("lru_hash", u64, struct aaco_thread_t, threads, AACO_MAX_THREADS);
 BPF_PERCPU_ARRAY(last_switch, u64, 1);  // per CPU: when it last switched (boot ns), i.e. when `current` came in
-BPF_PERCPU_ARRAY(counters, u64, 4);
-#if AACO_OFFCPU_MIN_NS > 0
-BPF_RINGBUF_OUTPUT(offcpu_events, AACO_RINGBUF_PAGES);
-#endif
-
-static __always_inline int aaco_wanted(u32 tgid) {
-    if (tgid == 0)
-        return 0;
-#ifdef AACO_ALL_TASKS
-    return 1;
-#else
-    return targets.lookup(&tgid) != NULL;
-#endif
-}
-
-static __always_inline void aaco_count(u32 idx) {
-    u64 *c = counters.lookup(&idx);
-    if (c)
-        (*c)++;
-}
 
 // The entry under `key`, created when missing; `tgid` (0: unknown) is recorded when known.
 static __always_inline struct aaco_thread_t *aaco_thread(u64 key, u32 tid, u32 tgid) {
@@ -140,15 +74,6 @@ static __always_inline u32 aaco_read_u32(void *task, u32 offset) {
         bpf_probe_read_kernel(&v, sizeof(v), (char *)task + offset);
 #endif
     return v;
-}
-
-static __always_inline void aaco_wait(struct aaco_thread_t *t, u64 wait, u64 waits) {
-    t->rq_wait_ns += wait;
-    t->rq_count += waits;
-    u32 slot = bpf_log2l(waits > 1 ? wait / waits : wait);
-    if (slot >= AACO_HIST_SLOTS)
-        slot = AACO_HIST_SLOTS - 1;
-    t->hist[slot] += waits;
 }
 
 #ifdef AACO_RAW
@@ -190,41 +115,13 @@ static __always_inline int aaco_switch(u64 prev_key, u32 prev, void *prev_task, 
 
     if (in_ts && now > in_ts) {
         t->oncpu_ns += now - in_ts;
-        if (t->out_ts && in_ts > t->out_ts) {
-            // The gap before this slice: an off-CPU interval.
-            u64 off = in_ts - t->out_ts;
-            t->offcpu_ns += off;
-            if (t->flags & ST_FAULT_BLOCK)
-                t->fault_offcpu_ns += off;
-#if AACO_OFFCPU_MIN_NS > 0
-            if (off >= AACO_OFFCPU_MIN_NS) {
-                struct aaco_offcpu_event_t *e = offcpu_events.ringbuf_reserve(sizeof(*e));
-                if (e) {
-                    e->start_ns = t->out_ts;
-                    e->end_ns = in_ts;
-                    e->tgid = t->tgid;
-                    e->tid = t->tid;
-                    e->flags = t->flags;
-                    e->pad = 0;
-                    __builtin_memcpy(e->comm, t->comm, sizeof(e->comm));
-                    offcpu_events.ringbuf_submit(e, 0);
-                } else {
-                    aaco_count(CNT_RINGBUF_LOST);
-                }
-            }
-#endif
-        }
+        aaco_gap(t, in_ts, 0);
     }
 
 #ifdef AACO_SCHED_INFO_OFF
-    // The kernel's own runqueue accounting: the waits (and their total) since the last switch-out.
     u64 info[2] = {};  // struct sched_info { unsigned long pcount; unsigned long long run_delay; ... }
     bpf_probe_read_kernel(info, sizeof(info), (char *)prev_task + AACO_SCHED_INFO_OFF);
-    if ((t->flags & ST_INFO_SEEN) && info[0] > t->pcount && info[1] >= t->run_delay)
-        aaco_wait(t, info[1] - t->run_delay, info[0] - t->pcount);
-    t->pcount = info[0];
-    t->run_delay = info[1];
-    t->flags |= ST_INFO_SEEN;
+    aaco_sched_info(t, info[0], info[1]);
 #else
     // Runnable since a wakeup or a preemption before this slice began: that wait ended at `in_ts`.
     if (t->ready_ts && in_ts >= t->ready_ts)
@@ -243,18 +140,7 @@ static __always_inline int aaco_switch(u64 prev_key, u32 prev, void *prev_task, 
 #endif
         return 0;
     }
-    if (involuntary) {
-        t->involuntary++;
-        t->flags &= ~ST_FAULT_BLOCK;
-    } else {
-        t->voluntary++;
-        if (uninterruptible && t->fault_ts)
-            t->flags |= ST_FAULT_BLOCK;
-        else
-            t->flags &= ~ST_FAULT_BLOCK;
-    }
-    t->fault_ts = 0;
-    t->out_ts = now;
+    aaco_switched_out(t, involuntary, uninterruptible, now);
     if (t->comm[0] == 0)
         bpf_get_current_comm(&t->comm, sizeof(t->comm));
     return 0;

@@ -9,8 +9,10 @@ of runqueue latency per process, and optionally the off-CPU intervals longer tha
 
 Backends (``backend``):
 
-- ``ebpf``: bcc programs on kernel tracepoints (raw where the kernel's BTF gives the task layout,
-  else classic), filtered and aggregated in the kernel (``ebpf``, ``sched_bpf.c``); needs
+- ``ebpf``: bcc-compiled programs on kernel tracepoints, filtered and aggregated in the kernel
+  (``ebpf``): BTF-typed tracepoints with threads in task storage where the kernel allows
+  (``sched_task.c``), else raw tracepoints with the task layout from BTF, else classic ones
+  (``sched_bpf.c``); needs
   root (or CAP_BPF + CAP_PERFMON), bcc and kernel headers (and tracefs for classic tracepoints);
 - ``proc``: ``/proc/<pid>/task/<tid>/{schedstat,status,stat}`` (``proc``), for any user;
 - ``auto``: eBPF where it can run, else ``proc``.
@@ -140,7 +142,11 @@ def select_backend(cfg: SchedSourceConfig) -> tuple[SchedBackend, str]:
             why = (
                 "configured (backend: ebpf)" if cfg.backend == "ebpf" else "root, bcc and kernel tracepoints available"
             )
-            how = "raw tracepoints, task offsets from BTF" if backend.attach == "raw" else "classic tracepoints"
+            how = {
+                "task": "BTF-typed tracepoints, threads in task storage",
+                "raw": f"raw tracepoints, task offsets from BTF; task storage unused: {backend.fallback}",
+                "classic": f"classic tracepoints; task storage unused: {backend.fallback}",
+            }[backend.attach]
             return backend, f"{why}; bcc on sched/exceptions/task tracepoints ({how}), aggregated in the kernel"
     if cfg.backend == "ebpf":
         raise AacoError(f"the eBPF backend cannot run here: {reason}", subject="sched.backend", hint="use auto or proc")

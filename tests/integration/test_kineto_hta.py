@@ -21,6 +21,7 @@ import gzip
 import json
 import statistics
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from pathlib import Path
 
@@ -167,9 +168,15 @@ def test_model_and_process_the_traces_name(samples, name):
 def verdict(samples: Path, aaco_bin: str, tmp_path_factory) -> tuple[int, dict, str]:
     """(exit code, verdict, stderr) of aaco diff: the test trace judged against the control's baseline."""
     tmp = tmp_path_factory.mktemp("hta-diff")
-    for name, out in ((CONTROL, tmp / "control"), (TEST, tmp / "test")):
-        # one job: named as one model (each file alone names itself by its stem, and aaco diff refuses two models)
-        assert replay(aaco_bin, samples / HTA / name, out, "--model-name", "hta-job").returncode == 0
+    # one job: named as one model (each file alone names itself by its stem, and aaco diff refuses two models);
+    # the two replays (separate lakes) run side by side
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        procs = pool.map(
+            lambda job: replay(aaco_bin, samples / HTA / job[0], job[1], "--model-name", "hta-job"),
+            ((CONTROL, tmp / "control"), (TEST, tmp / "test")),
+        )
+        for proc in procs:
+            assert proc.returncode == 0, proc.stderr
     run = [aaco_bin, "baseline", "save", str(tmp / "control"), "--no-machine"]
     assert subprocess.run(run, capture_output=True, timeout=300, check=False).returncode == 0
     cmd = [aaco_bin, "diff", "-b", str(tmp / "control" / "baseline.json"), "-s", str(tmp / "test"), "--no-machine"]

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from aaco.agent.sources.sched.source import SchedCollector, SchedSourceConfig
@@ -166,6 +167,38 @@ def test_agrees_with_proc_within_one_percent(ebpf, sleeper_under_load, attach):
     assert want["switches"] > 1000 and want["rq_wait"] > 0 and want["oncpu"] > 0, want
     for key in ("oncpu", "rq_wait", "switches") if attach == "task" else ("rq_wait", "switches"):
         assert abs(got[key] - want[key]) <= 0.01 * want[key], (key, got, want)
+
+
+def test_a_switch_storm_is_counted_switch_for_switch(ebpf):
+    """``perf bench sched pipe`` with both ends on one CPU (hundreds of thousands of switches a second
+    here), every task traced: the switches counted for its two processes are those the kernel counted
+    for them (``getrusage`` of the reaped children), none lost and nothing counted as dropped."""
+    import resource
+
+    from aaco.agent.sources.sched.ebpf import EbpfBackend, EbpfSettings
+
+    loops = 100_000
+    backend = EbpfBackend(EbpfSettings(all_tasks=True))
+    try:
+        backend.drain()
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        pipe = ["taskset", "-c", "0", "perf", "bench", "sched", "pipe", "-l", str(loops)]
+        perf = subprocess.Popen(pipe, stdout=subprocess.PIPE, text=True)
+        out, _ = perf.communicate(timeout=120)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        d = backend.drain()
+    finally:
+        backend.close()
+    assert perf.returncode == 0 and "ops/sec" in out, out
+    mine = np.isin(d.threads.tgid, [perf.pid]) | np.array([c == "sched-pipe" for c in d.threads.comm], bool)
+    assert len(set(d.threads.tgid[mine].tolist())) == 2  # perf and its forked partner
+    v = d.threads.values
+    counted = (int(v[rows.VOLUNTARY][mine].sum()), int(v[rows.INVOLUNTARY][mine].sum()))
+    kernel = (after.ru_nvcsw - before.ru_nvcsw, after.ru_nivcsw - before.ru_nivcsw)
+    assert sum(kernel) >= 2 * loops, kernel  # each end leaves its CPU at least once per round trip
+    for got, want in zip(counted, kernel, strict=True):
+        assert abs(got - want) <= 20, (counted, kernel)  # the few switches of exec and exit
+    assert d.dropped == {}, d.dropped
 
 
 def test_offcpu_intervals_are_published_with_unix_times(ebpf, sleeper_under_load):

@@ -100,7 +100,8 @@ def task_layout(path: Path = BTF_PATH) -> TaskLayout | None:
         return None
 
 
-def _task_layout(path: Path) -> TaskLayout | None:
+def _load(path: Path) -> tuple[list[_Type], Callable[[int], str]] | None:
+    """The types of the BTF at ``path`` and a function naming a string offset, or None when unreadable."""
     try:
         data = path.read_bytes()
         parsed = _parse(data)
@@ -114,6 +115,14 @@ def _task_layout(path: Path) -> TaskLayout | None:
         start = strings + off
         return data[start : data.index(b"\0", start)].decode("ascii", "replace")
 
+    return types, name
+
+
+def _task_layout(path: Path) -> TaskLayout | None:
+    loaded = _load(path)
+    if loaded is None:
+        return None
+    types, name = loaded
     fields: dict[str, int] = {}
     member_type: dict[str, int] = {}
     arity: dict[str, int] = {}
@@ -172,17 +181,12 @@ def task_program_layout(path: Path = BTF_PATH) -> TaskProgramLayout | None:
     ``sum_exec_runtime``: the program reads them as u64 at those places.
     """
     try:
-        data = path.read_bytes()
-        parsed = _parse(data)
-    except (OSError, struct.error, ValueError, IndexError):
+        loaded = _load(path)
+    except (ValueError, IndexError):  # truncated or inconsistent BTF
         return None
-    if parsed is None:
+    if loaded is None:
         return None
-    types, strings = parsed
-
-    def name(off: int) -> str:
-        start = strings + off
-        return data[start : data.index(b"\0", start)].decode("ascii", "replace")
+    types, name = loaded
 
     def members(t: _Type) -> dict[str, int]:
         return {name(m[0]): ((m[2] & 0xFFFFFF) if t[3] else m[2]) // 8 for m in t[4]}

@@ -7,6 +7,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow.dataset as ds
@@ -23,6 +24,14 @@ def run_aaco(
     return subprocess.run(
         [aaco_bin, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=full_env, check=False
     )
+
+
+def run_aaco_each(
+    aaco_bin: str, *commands: tuple[str, ...], env: dict[str, str] | None = None
+) -> list[subprocess.CompletedProcess[str]]:
+    """Run independent ``aaco`` commands side by side (one per CPU at most); their results in order."""
+    with ThreadPoolExecutor(max_workers=max(1, min(len(commands), os.cpu_count() or 1))) as pool:
+        return list(pool.map(lambda args: run_aaco(aaco_bin, *args, env=env), commands))
 
 
 def start_aaco(

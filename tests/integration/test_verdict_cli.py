@@ -25,7 +25,7 @@ from aaco.contract.schemas import EventBatch, conform
 from aaco.contract.stats import Stats
 from aaco.exporters.lake import LakeConfig, LakeExporter
 
-from .helpers import run_aaco
+from .helpers import run_aaco, run_aaco_each
 
 pytestmark = pytest.mark.integration
 
@@ -344,29 +344,29 @@ def assert_bad(proc, *needles: str) -> None:
 def test_missing_and_damaged_inputs(synthetic_lakes, aaco_bin, tmp_path):
     _, base, launchy, _ = synthetic_lakes
     missing = tmp_path / "nope"
-    assert_bad(run_aaco(aaco_bin, "diff", "-b", str(base), "-s", str(missing)), str(missing), "no such lake directory")
-    assert_bad(run_aaco(aaco_bin, "baseline", "save", str(missing)), str(missing))
     damaged = tmp_path / "damaged"
     shutil.copytree(launchy, damaged)
     part = sorted((damaged / "kernels").rglob("part-*.parquet"))[0]
     part.write_bytes(b"PAR1 this is not parquet")
-    assert_bad(
-        run_aaco(aaco_bin, "diff", "-b", str(base), "-s", str(damaged)), str(part), "not a readable Parquet part"
-    )
     bad_json = tmp_path / "bad.json"
     bad_json.write_text("{not json")
-    assert_bad(run_aaco(aaco_bin, "diff", "-b", str(bad_json), "-s", str(launchy)), str(bad_json), "not valid JSON")
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"format": "something-else", "models": {}}))
-    assert_bad(run_aaco(aaco_bin, "diff", "-b", str(other), "-s", str(launchy)), str(other), "not an AACO baseline")
     bad_sources = tmp_path / "bad_sources"
     shutil.copytree(launchy, bad_sources)
     (bad_sources / "sources.json").write_text("[")
-    assert_bad(run_aaco(aaco_bin, "baseline", "save", str(bad_sources)), str(bad_sources / "sources.json"))
-    assert_bad(
-        run_aaco(aaco_bin, "diff", "-b", str(base), "-s", str(launchy), "--model", "gpt"), "--model", "gpt", "bert"
-    )
-    assert_bad(run_aaco(aaco_bin, "diff", "-b", str(base)), "--session")  # usage error
+    cases = [  # (command, what its error must name); the commands are independent and run side by side
+        (("diff", "-b", str(base), "-s", str(missing)), (str(missing), "no such lake directory")),
+        (("baseline", "save", str(missing)), (str(missing),)),
+        (("diff", "-b", str(base), "-s", str(damaged)), (str(part), "not a readable Parquet part")),
+        (("diff", "-b", str(bad_json), "-s", str(launchy)), (str(bad_json), "not valid JSON")),
+        (("diff", "-b", str(other), "-s", str(launchy)), (str(other), "not an AACO baseline")),
+        (("baseline", "save", str(bad_sources)), (str(bad_sources / "sources.json"),)),
+        (("diff", "-b", str(base), "-s", str(launchy), "--model", "gpt"), ("--model", "gpt", "bert")),
+        (("diff", "-b", str(base)), ("--session",)),  # usage error
+    ]
+    for (_, needles), proc in zip(cases, run_aaco_each(aaco_bin, *(c for c, _ in cases)), strict=True):
+        assert_bad(proc, *needles)
 
 
 def test_lakes_without_enough_iterations(samples, aaco_bin, tmp_path):

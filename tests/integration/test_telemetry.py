@@ -21,7 +21,7 @@ from aaco.contract.telemetry import GpuIdentity
 from tests.conftest import sample_bytes
 from tests.support.fake_kubelet import FakeKubelet, pod
 
-from .helpers import http_get, metric_value, read_lake, run_aaco, start_aaco, wait_for
+from .helpers import http_get, metric_value, read_lake, run_aaco, run_aaco_each, start_aaco, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -219,22 +219,26 @@ def test_cli_prints_a_snapshot_as_json(
 
 
 def test_cli_table_and_bad_input(samples: Path, aaco_bin: str, tmp_path: Path):
-    res = run_aaco(aaco_bin, "telemetry", "--from-file", str(samples / "rocm-smi" / "mi100_rocm602.json"))
-    assert res.returncode == 0 and "Arcturus GL-XL [Instinct MI100]" in res.stdout and "sensor=junction" in res.stdout
     broken = tmp_path / "broken.json"
     broken.write_text('{"card0": {"GPU use (%)": "busy", "Average Graphics Package Power (W)": "12.0"}}')
-    res = run_aaco(aaco_bin, "telemetry", "--from-file", str(broken), "--json")
-    assert res.returncode == 0
-    assert f"{broken}: field card0.\"GPU use (%)\": not a number: 'busy'" in res.stderr
-    assert [r["value"] for r in json.loads(res.stdout) if r["metric"] == "hw.power"] == [12.0]
     truncated = tmp_path / "cut.xml"
     truncated.write_text(sample_bytes(samples / "nvidia-smi" / "a100-sxm4-v12.xml.gz").decode()[:3000])
-    res = run_aaco(aaco_bin, "telemetry", "--from-file", str(truncated))
-    assert res.returncode == 2 and f"{truncated}: not nvidia-smi XML" in res.stderr and "Traceback" not in res.stderr
-    res = run_aaco(aaco_bin, "telemetry", "--backend", "nvml", "--from-file", str(truncated))
-    assert res.returncode == 2 and "--from-file" in res.stderr
-    res = run_aaco(aaco_bin, "telemetry", "--backend", "sysfs", "--sysfs-root", str(tmp_path))
-    assert res.returncode == 2 and "class/drm" in res.stderr
+    table, bad_field, cut, nvml, sysfs = run_aaco_each(  # independent commands, run side by side
+        aaco_bin,
+        ("telemetry", "--from-file", str(samples / "rocm-smi" / "mi100_rocm602.json")),
+        ("telemetry", "--from-file", str(broken), "--json"),
+        ("telemetry", "--from-file", str(truncated)),
+        ("telemetry", "--backend", "nvml", "--from-file", str(truncated)),
+        ("telemetry", "--backend", "sysfs", "--sysfs-root", str(tmp_path)),
+    )
+    assert table.returncode == 0
+    assert "Arcturus GL-XL [Instinct MI100]" in table.stdout and "sensor=junction" in table.stdout
+    assert bad_field.returncode == 0
+    assert f"{broken}: field card0.\"GPU use (%)\": not a number: 'busy'" in bad_field.stderr
+    assert [r["value"] for r in json.loads(bad_field.stdout) if r["metric"] == "hw.power"] == [12.0]
+    assert cut.returncode == 2 and f"{truncated}: not nvidia-smi XML" in cut.stderr and "Traceback" not in cut.stderr
+    assert nvml.returncode == 2 and "--from-file" in nvml.stderr
+    assert sysfs.returncode == 2 and "class/drm" in sysfs.stderr
 
 
 def test_cli_reads_a_sysfs_root(samples: Path, aaco_bin: str, tmp_path: Path):

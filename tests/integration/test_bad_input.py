@@ -12,7 +12,7 @@ import zlib
 import pyarrow.compute as pc
 import pytest
 
-from .helpers import read_lake, run_aaco
+from .helpers import read_lake, run_aaco, run_aaco_each
 
 pytestmark = pytest.mark.integration
 
@@ -153,8 +153,8 @@ def test_bad_usage_exits_2(aaco_bin):
 
 
 def test_help_on_every_command(aaco_bin):
-    for args in ((), ("run",), ("replay",), ("agent",), ("config",), ("config", "check"), ("graph",), ("version",)):
-        proc = run_aaco(aaco_bin, *args, "--help")
+    commands = ((), ("run",), ("replay",), ("agent",), ("config",), ("config", "check"), ("graph",), ("version",))
+    for args, proc in zip(commands, run_aaco_each(aaco_bin, *((*c, "--help") for c in commands)), strict=True):
         assert proc.returncode == 0, args
         assert "Usage" in proc.stdout
 

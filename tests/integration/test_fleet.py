@@ -18,7 +18,7 @@ import pytest
 
 from aaco.contract.versions import row as versions_row
 
-from .helpers import run_aaco
+from .helpers import run_aaco, run_aaco_each
 
 NODES = {
     "gpu-a": "kineto/a100_alexnet_trace.json.gz",
@@ -80,12 +80,15 @@ def test_since_leaves_out_old_events(aaco_bin, fleet):
 
 
 def test_errors_name_the_lake_and_the_fix(aaco_bin, tmp_path):
-    proc = run_aaco(aaco_bin, "fleet", "summary", "--lake", str(tmp_path / "nope"))
-    assert proc.returncode == 2 and "no such lake directory" in proc.stderr
-    proc = run_aaco(aaco_bin, "fleet", "models", "--lake", str(tmp_path))
-    assert proc.returncode == 2 and "not a lake" in proc.stderr
-    proc = run_aaco(aaco_bin, "fleet", "outliers", "--lake", str(tmp_path), "--since", "soon")
-    assert proc.returncode == 2 and "is not a duration" in proc.stderr
+    missing, not_a_lake, bad_since = run_aaco_each(
+        aaco_bin,
+        ("fleet", "summary", "--lake", str(tmp_path / "nope")),
+        ("fleet", "models", "--lake", str(tmp_path)),
+        ("fleet", "outliers", "--lake", str(tmp_path), "--since", "soon"),
+    )
+    assert missing.returncode == 2 and "no such lake directory" in missing.stderr
+    assert not_a_lake.returncode == 2 and "not a lake" in not_a_lake.stderr
+    assert bad_since.returncode == 2 and "is not a duration" in bad_since.stderr
 
 
 def analysis(own: Path) -> dict:
@@ -95,9 +98,12 @@ def analysis(own: Path) -> dict:
 
 def test_activity_kar_and_families_agree_with_each_nodes_own_analyzers(aaco_bin, fleet):
     lake, alone = fleet
-    nodes = {r["node"]: r for r in fleet_json(aaco_bin, "nodes", "--lake", str(lake))}
-    models = fleet_json(aaco_bin, "models", "--lake", str(lake))
-    families = fleet_json(aaco_bin, "families", "--lake", str(lake))
+    queries = ("nodes", "models", "families")
+    answers = run_aaco_each(aaco_bin, *(("fleet", q, "--lake", str(lake), "--json") for q in queries))
+    for proc in answers:
+        assert proc.returncode == 0, proc.stderr
+    nodes = {r["node"]: r for r in json.loads(answers[0].stdout)}
+    models, families = (json.loads(proc.stdout) for proc in answers[1:])
     for node, own in alone.items():
         doc = analysis(own)
         windows = doc["activity"]["devices"]

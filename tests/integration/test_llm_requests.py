@@ -140,7 +140,10 @@ def test_vllm_request_spans_become_serving_metrics_and_reach_upstream(tmp_path, 
                             "metrics_interval_s": 1,
                         },
                     },
-                    "receivers": {"otlp": {"enabled": True, "grpc_port": grpc_port, "http_port": http_port}},
+                    # no iterations to link here: the spans wait 0.5 s for links rather than the default 5 s
+                    "receivers": {
+                        "otlp": {"enabled": True, "grpc_port": grpc_port, "http_port": http_port, "link_window_s": 0.5}
+                    },
                     "pipeline": {"snapshot_interval_s": 1},
                 }
             )

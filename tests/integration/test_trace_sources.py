@@ -20,7 +20,7 @@ from tests.conftest import get_free_port
 from tests.support import tracegen
 from tests.unit.test_rocprof_json import build, write
 
-from .helpers import http_get, read_lake, run_aaco, start_aaco, wait_for
+from .helpers import http_get, read_lake, run_aaco, run_aaco_each, start_aaco, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -52,33 +52,32 @@ def kineto_truth(path: Path) -> dict[str, tuple[int, int]]:
 
 
 def test_replay_of_every_sample_is_exact(tmp_path, aaco_bin, samples):
-    # rocprofv3 CSV: 9 kernels; durations straight from the CSV
     csv_path = samples / "rocprofv3" / "kernel_trace.csv"
-    proc = run_aaco(aaco_bin, "replay", str(csv_path), "--out", str(tmp_path / "v3"))
-    assert proc.returncode == 0, proc.stderr
+    kineto = {
+        "mi250_minitoy_train_ROCm6_2_kineto.json.gz": {"kernel": 14, "memcpy": 2},
+        "a100_alexnet_trace.json.gz": {"kernel": 79, "memcpy": 16, "memset": 3},
+    }
+    v1 = samples / "rocprof-v1" / "hip_trace_results.json"
+    inputs = {"v3": csv_path, **{name: samples / "kineto" / name for name in kineto}, "v1": v1}
+    # the replays are independent (a lake each): side by side
+    for proc in run_aaco_each(aaco_bin, *(("replay", str(p), "--out", str(tmp_path / o)) for o, p in inputs.items())):
+        assert proc.returncode == 0, proc.stderr
+
+    # rocprofv3 CSV: 9 kernels; durations straight from the CSV
     k = lake_kernels(tmp_path / "v3")
     rows = list(csv.reader(io.StringIO(csv_path.read_text())))[1:]
     assert by_kind(k) == {"kernel": 9}
     assert summed(k) == sum(int(r[10]) - int(r[9]) for r in rows)
 
     # Kineto, MI250 (ROCm) and A100 (CUDA)
-    for name, expected in (
-        ("mi250_minitoy_train_ROCm6_2_kineto.json.gz", {"kernel": 14, "memcpy": 2}),
-        ("a100_alexnet_trace.json.gz", {"kernel": 79, "memcpy": 16, "memset": 3}),
-    ):
-        out = tmp_path / name
-        proc = run_aaco(aaco_bin, "replay", str(samples / "kineto" / name), "--out", str(out))
-        assert proc.returncode == 0, proc.stderr
-        k = lake_kernels(out)
+    for name, expected in kineto.items():
+        k = lake_kernels(tmp_path / name)
         assert by_kind(k) == expected
         truth = kineto_truth(samples / "kineto" / name)
         for kind, (n, d) in truth.items():
             assert (expected[kind], summed(k, kind)) == (n, d), kind
 
     # rocprof v1 results.json: 6 copies (and the one kernel), the HIP calls as their launches
-    v1 = samples / "rocprof-v1" / "hip_trace_results.json"
-    proc = run_aaco(aaco_bin, "replay", str(v1), "--out", str(tmp_path / "v1"))
-    assert proc.returncode == 0, proc.stderr
     k = lake_kernels(tmp_path / "v1")
     assert by_kind(k) == {"memcpy": 6, "kernel": 1}
     events = json.loads(v1.read_text())["traceEvents"]

@@ -370,26 +370,16 @@ def test_missing_and_damaged_inputs(synthetic_lakes, aaco_bin, tmp_path):
 
 
 def test_lakes_without_enough_iterations(samples, aaco_bin, tmp_path):
-    lake = tmp_path / "kineto"
-    assert (
-        run_aaco(
-            aaco_bin, "replay", str(samples / "kineto" / "a100_alexnet_trace.json.gz"), "--out", str(lake)
-        ).returncode
-        == 0
+    lake, two = tmp_path / "kineto", tmp_path / "two"
+    replays = run_aaco_each(  # a lake each: side by side, and so are the two commands that read them
+        aaco_bin,
+        ("replay", str(samples / "kineto" / "a100_alexnet_trace.json.gz"), "--out", str(lake)),
+        ("replay", str(samples / "kineto" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"), "--out", str(two)),
     )
-    assert_bad(run_aaco(aaco_bin, "baseline", "save", str(lake)), str(lake / "iterations"), "no iterations")
-    two = tmp_path / "two"
-    assert (
-        run_aaco(
-            aaco_bin,
-            "replay",
-            str(samples / "kineto" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"),
-            "--out",
-            str(two),
-        ).returncode
-        == 0
-    )
-    assert_bad(run_aaco(aaco_bin, "diff", "-b", str(two), "-s", str(two)), "at least 5 iterations", str(two))
+    assert [proc.returncode for proc in replays] == [0, 0], [proc.stderr for proc in replays]
+    save, diff = run_aaco_each(aaco_bin, ("baseline", "save", str(lake)), ("diff", "-b", str(two), "-s", str(two)))
+    assert_bad(save, str(lake / "iterations"), "no iterations")
+    assert_bad(diff, "at least 5 iterations", str(two))
 
 
 def test_a_session_of_another_model_is_bad_input_unless_allowed(synthetic_lakes, aaco_bin):

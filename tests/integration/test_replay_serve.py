@@ -19,7 +19,10 @@ def test_replay_serve_scrape_and_sigterm(tmp_path, aaco_bin, samples, free_port)
     out = tmp_path / "D"
     log = tmp_path / "agent.log"
     proc = start_aaco(
-        aaco_bin, "replay", str(trace), "--out", str(out), "--serve", "--metrics-port", str(free_port), log=log
+        aaco_bin,
+        *("replay", str(trace), "--out", str(out), "--serve", "--metrics-port", str(free_port)),
+        log=log,
+        env={"AACO_PIPELINE_SNAPSHOT_INTERVAL_S": "0.5"},  # the analyzers' first results sooner than the default 5 s
     )
     base = f"http://127.0.0.1:{free_port}"
     try:

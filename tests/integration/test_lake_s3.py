@@ -14,6 +14,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -91,16 +92,20 @@ def frozen(seaweed) -> Iterator[None]:
 
 def test_three_nodes_ship_one_lake_exactly_once_through_a_kill_9(tmp_path, aaco_bin, samples, seaweed, s3_lake_url):
     url = s3_lake_url
-    alone: dict[str, Path] = {}
-    for node, files in NODES.items():
-        alone[node] = tmp_path / f"alone-{node}"
-        paths = [str(samples / f) for f in files]
-        proc = run_aaco(aaco_bin, "replay", *paths, "--out", str(alone[node]), env={"AACO_NODE": node})
-        assert proc.returncode == 0, proc.stderr
-    for node, files in NODES.items():
-        env = node_env(seaweed, tmp_path / node, node)
-        proc = run_aaco(aaco_bin, "replay", str(samples / files[0]), "--out", url, env=env)
-        assert proc.returncode == 0, proc.stderr
+    alone = {node: tmp_path / f"alone-{node}" for node in NODES}
+
+    def replay_alone(node: str) -> subprocess.CompletedProcess[str]:
+        paths = [str(samples / f) for f in NODES[node]]
+        return run_aaco(aaco_bin, "replay", *paths, "--out", str(alone[node]), env={"AACO_NODE": node})
+
+    with ThreadPoolExecutor(max_workers=1) as pool:  # the replays into the nodes' own lakes, beside the shipping
+        local = pool.map(replay_alone, NODES)
+        for node, files in NODES.items():
+            env = node_env(seaweed, tmp_path / node, node)
+            proc = run_aaco(aaco_bin, "replay", str(samples / files[0]), "--out", url, env=env)
+            assert proc.returncode == 0, proc.stderr
+        for proc in local:
+            assert proc.returncode == 0, proc.stderr
 
     # The killed node's second sample: the store is frozen (SIGSTOP) so that its uploads hang in flight,
     # the replay is killed -9 once its parts are sealed, the store resumes, and the same command runs again.

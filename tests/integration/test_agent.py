@@ -90,7 +90,6 @@ def test_agent_runs_reloads_and_flushes(tmp_path, aaco_bin, samples, free_port):
     iterations = read_lake(lake, "iterations")
     kernels = read_lake(lake, "kernels")
     assert iterations.num_rows >= 10
-    assert iterations.num_rows % 5 == 0 or True  # a cycle cut by SIGTERM publishes the iterations it timed
     assert set(iterations.column("node").to_pylist()) == {"test-node"}
     memsets = [k for k in kernels.column("kind").to_pylist() if k == "memset"]
     assert len(memsets) == 3  # the replay ran exactly once, not again after the failed reload

@@ -201,6 +201,25 @@ def test_a_switch_storm_is_counted_switch_for_switch(ebpf):
     assert d.dropped == {}, d.dropped
 
 
+def test_a_process_made_a_target_later_is_traced(ebpf, sleeper_under_load):
+    """Tracing targets only, the task program marks tasks it found untraced; a process that becomes a
+    target afterwards (the targets' generation moves) is traced from then on."""
+    from aaco.agent.sources.sched.ebpf import EbpfBackend, EbpfSettings
+
+    backend = EbpfBackend(EbpfSettings())
+    try:
+        backend.set_targets({os.getpid()})
+        time.sleep(0.3)  # the sleeper switches hundreds of times meanwhile: marked untraced
+        assert sleeper_under_load not in set(backend.drain().threads.tgid.tolist())
+        backend.set_targets({os.getpid(), sleeper_under_load})
+        time.sleep(0.5)
+        d = backend.drain()
+    finally:
+        backend.close()
+    mine = d.threads.tgid == sleeper_under_load
+    assert int(d.threads.values[rows.VOLUNTARY][mine].sum()) > 100
+
+
 def test_offcpu_intervals_are_published_with_unix_times(ebpf, sleeper_under_load):
     c = collector(backend="ebpf", pids=[sleeper_under_load], offcpu_threshold_ms=0.5, max_offcpu_events=50)
     try:

@@ -281,6 +281,9 @@ class EbpfBackend:
             t[t.Key(tgid)] = t.Leaf(1)
             if self.attach == "classic":  # raw entries are keyed by task pointers, unknown from here
                 self._seed_threads(tgid)
+        if self._task is not None and tgids != self._targets:  # tasks marked untraced are looked at again
+            gen = self._bpf[b"generation"]
+            gen[gen.Key(0)] = gen.Leaf(gen[gen.Key(0)].value + 1)
         self._targets = set(tgids)
 
     def _seed_threads(self, tgid: int) -> None:

@@ -26,6 +26,12 @@
 
 BPF_TASK_STORAGE(threads, struct aaco_thread_t);
 BPF_HASH(exited, u64, struct aaco_thread_t, AACO_MAX_EXITED);
+#ifndef AACO_ALL_TASKS
+// Tracing targets only: a task found not to be one is marked with the targets' generation (+1),
+// which the agent bumps whenever it changes `targets`, so its later switches skip the hash lookup.
+BPF_TASK_STORAGE(untraced, u32);
+BPF_ARRAY(generation, u32, 1);
+#endif
 
 // The iterator's context (struct bpf_iter__task, whose kernel definition is not in any header).
 struct aaco_iter_meta {
@@ -39,14 +45,28 @@ struct aaco_iter_task {
 };
 
 // `task`'s entry, made when its process is traced; a thread first seen mid-life starts from the
-// kernel's values now (so its history before is not counted).
+// kernel's values now (so its history before is not counted). Tracing targets only, a task that
+// is not one costs a second storage lookup, not a hash lookup, once marked (`untraced`).
 static __always_inline struct aaco_thread_t *aaco_entry(struct task_struct *task) {
     struct aaco_thread_t *t = threads.task_storage_get(task, 0, 0);
     if (t)
         return t;
     u32 tgid = AACO_U32(task, AACO_TGID_OFF);
-    if (!aaco_wanted(tgid))
+#ifdef AACO_ALL_TASKS
+    if (tgid == 0)
         return NULL;
+#else
+    u32 zero = 0;
+    u32 *gen = generation.lookup(&zero);
+    u32 *mark = untraced.task_storage_get(task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+    if (!gen || (mark && *mark == *gen + 1))
+        return NULL;
+    if (!aaco_wanted(tgid)) {
+        if (mark)
+            *mark = *gen + 1;
+        return NULL;
+    }
+#endif
     t = threads.task_storage_get(task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
     if (!t) {
         aaco_count(CNT_THREADS_FULL);

@@ -86,7 +86,8 @@ def _outliers(rng: np.random.Generator, n: int) -> np.ndarray:
     return x
 
 
-def _ar1(rng: np.random.Generator, n: int, phi: float = AR1_PHI) -> np.ndarray:
+def ar1(rng: np.random.Generator, n: int, phi: float = AR1_PHI) -> np.ndarray:
+    """A unit-variance AR(1) series with coefficient ``phi`` (also used by tests/unit/test_drift_young.py)."""
     e = rng.standard_normal(n) * math.sqrt(1 - phi * phi)
     x = np.empty(n)
     prev = rng.standard_normal()
@@ -106,7 +107,7 @@ NOISE: dict[str, Callable[[np.random.Generator, int], np.ndarray]] = {
     "student_t": _student_t,
     "lognormal": _lognormal,
     "outliers": _outliers,
-    "ar1": _ar1,
+    "ar1": ar1,
     "trend": _trend,
 }
 

@@ -232,7 +232,7 @@ class SpanEncoder:
         end = _u64(batch.column("end_ns"))
         times = _rows(n, [_KIND_INTERNAL + _START, _le(start), _END, _le(end)])
         a = self._attrs
-        combo, values = _combinations(batch, [*_ATTR_FIRST, *_ATTR_OPTIONAL], fams)
+        combo, values = _combinations(batch, [*_ATTR_FIRST, *OPTIONAL_ATTRIBUTES], fams)
         blocks = []
         for fam, name, kind, device, *rest in values:
             first = b"".join(
@@ -243,7 +243,7 @@ class SpanEncoder:
                 ]
             )
             later = b"".join(
-                a.get(key, v) for (key, _col), v in zip(_ATTR_OPTIONAL, rest, strict=True) if v is not None
+                a.get(key, v) for (key, _col), v in zip(OPTIONAL_ATTRIBUTES, rest, strict=True) if v is not None
             )
             blocks.append((self._name(fam), first, later))
         corr = batch.column("correlation_id")
@@ -295,7 +295,8 @@ class SpanEncoder:
 
 
 _ATTR_FIRST = (("gpu.kernel.name", "name"), ("gpu.kernel.kind", "kind"), ("gpu.device.id", "device"))
-_ATTR_OPTIONAL = (
+# Kernel span attributes and their kernels columns, left out where the column is null.
+OPTIONAL_ATTRIBUTES = (
     ("gpu.stream.id", "stream"),
     ("gpu.queue.id", "queue_id"),
     ("thread.id", "tid"),

@@ -6,18 +6,7 @@ import pyarrow as pa
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-OPTIONAL = (  # span attribute, kernels column: the ones left out when null
-    ("gpu.stream.id", "stream"),
-    ("gpu.queue.id", "queue_id"),
-    ("thread.id", "tid"),
-    ("gpu.grid.x", "grid_x"),
-    ("gpu.grid.y", "grid_y"),
-    ("gpu.grid.z", "grid_z"),
-    ("gpu.workgroup.x", "workgroup_x"),
-    ("gpu.workgroup.y", "workgroup_y"),
-    ("gpu.workgroup.z", "workgroup_z"),
-    ("aaco.op.name", "op_name"),
-)
+from aaco.exporters.otlp_spans import OPTIONAL_ATTRIBUTES
 
 
 def any_value(v: object) -> common_pb2.AnyValue:
@@ -53,7 +42,7 @@ def official_kernel_spans(
             "gpu.device.id": r["device"] or "",
             "gpu.correlation.id": r["correlation_id"],
         }
-        attrs.update({key: r[col] for key, col in OPTIONAL})
+        attrs.update({key: r[col] for key, col in OPTIONAL_ATTRIBUTES})
         links = []
         if r["launch_start_ns"] is not None:
             launch_id = lid.to_bytes(8, "little")

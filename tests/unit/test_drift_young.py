@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from aaco.analyzers.drift import DETECTORS, Cusum
 from aaco.analyzers.drift_baseline import Baseline, _log_arl, young_chart, young_widening
+
+# The benchmark's AR(1) generator, so that the test's series are those drift_quality.py measures.
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "drift_quality.py"
+_SPEC = importlib.util.spec_from_file_location("drift_quality", _PATH)
+assert _SPEC is not None and _SPEC.loader is not None
+drift_quality = importlib.util.module_from_spec(_SPEC)
+sys.modules["drift_quality"] = drift_quality
+_SPEC.loader.exec_module(drift_quality)
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -85,17 +96,7 @@ def test_the_young_chart_is_widened_for_the_correlation_its_baseline_cannot_excl
     assert (det.k_in_force, det.h_in_force) == pytest.approx((w * k, w * h))
 
 
-def _ar1(rng: np.random.Generator, n: int, phi: float = 0.5) -> np.ndarray:
-    e = rng.standard_normal(n) * math.sqrt(1 - phi * phi)
-    x = np.empty(n)
-    prev = rng.standard_normal()
-    for i in range(n):
-        prev = phi * prev + e[i]
-        x[i] = prev
-    return x
-
-
 def test_in_control_ar1_rarely_alarms_while_young():
     rng = np.random.default_rng(12)
-    alarms = sum(len(Cusum().run((100.0 + 5.0 * _ar1(rng, 250)).tolist())) for _ in range(200))
+    alarms = sum(len(Cusum().run((100.0 + 5.0 * drift_quality.ar1(rng, 250)).tolist())) for _ in range(200))
     assert alarms <= 15  # measured 5 in 200; 64 without the widening (young_widening 1)

@@ -98,14 +98,12 @@ int aaco_task_switch(u64 *ctx) {
     u64 now = arrival + slice;  // on the runqueue clock (the slice is task time: interrupts left out)
     t->oncpu_ns += slice;
     t->sum_exec = sum;
+    s64 boot_shift = 0;  // runqueue clock -> boot clock, read only for an interval to be published
 #if AACO_OFFCPU_MIN_NS > 0
     if (t->out_ts && arrival >= t->out_ts + AACO_OFFCPU_MIN_NS)
-        aaco_gap(t, arrival, (s64)(bpf_ktime_get_boot_ns() - now));
-    else
-        aaco_gap(t, arrival, 0);
-#else
-    aaco_gap(t, arrival, 0);
+        boot_shift = (s64)(bpf_ktime_get_boot_ns() - now);
 #endif
+    aaco_gap(t, arrival, boot_shift);
     aaco_sched_info(t, AACO_U64(prev, AACO_SCHED_INFO_OFF), AACO_U64(prev, AACO_SCHED_INFO_OFF + 8));
     if (dead) {
         // The storage goes with the task: its final counters wait in `exited` for the agent.

@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "changepoint_metrics.py"
-_SPEC = importlib.util.spec_from_file_location("changepoint_metrics", _PATH)
-assert _SPEC is not None and _SPEC.loader is not None
-cm = importlib.util.module_from_spec(_SPEC)
-sys.modules["changepoint_metrics"] = cm
-_SPEC.loader.exec_module(cm)
+from tests.support.benchmarks import load_benchmark
+
+cm = load_benchmark("changepoint_metrics")
 
 ANN = {"a": [50], "b": [50, 70]}
 

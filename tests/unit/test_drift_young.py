@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from aaco.analyzers.drift import DETECTORS, Cusum
 from aaco.analyzers.drift_baseline import Baseline, _log_arl, young_chart, young_widening
+from tests.support.benchmarks import load_benchmark
 
-# The benchmark's AR(1) generator, so that the test's series are those drift_quality.py measures.
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "drift_quality.py"
-_SPEC = importlib.util.spec_from_file_location("drift_quality", _PATH)
-assert _SPEC is not None and _SPEC.loader is not None
-drift_quality = importlib.util.module_from_spec(_SPEC)
-sys.modules["drift_quality"] = drift_quality
-_SPEC.loader.exec_module(drift_quality)
+drift_quality = load_benchmark("drift_quality")  # its AR(1) generator: the series drift_quality.py measures
 
 
 @pytest.mark.parametrize("seed", range(5))

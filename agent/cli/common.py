@@ -2,8 +2,9 @@
 
 Output to a terminal takes the terminal's width. Output to a pipe or a file (CI logs, scripts) is
 ``PIPED_WIDTH`` columns wide unless ``COLUMNS`` or ``TERMINAL_WIDTH`` say otherwise: rich would assume
-80 and cut table cells and help text. Error and warning lines are never hard-wrapped: one line per
-message, whatever the width, so a log reader or ``grep`` sees the whole message.
+80 and cut table cells and help text. Error and warning lines to a pipe or a file are never hard-wrapped: one
+line per message, whatever the width, so a log reader or ``grep`` sees the whole message; at a
+terminal they wrap between words, as the tables do (``aaco.agent.cli.tables``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from aaco.contract.errors import AacoError
 
 if TYPE_CHECKING:  # the config models cost ~0.2 s to import: loaded by the commands that read a config
     from rich.console import Console
-    from rich.table import Table
 
+    from aaco.agent.cli.tables import FitTable
     from aaco.agent.config import AgentConfig
 
 PIPED_WIDTH = 160  # columns for tables, help and usage errors when the stream is not a terminal
@@ -51,12 +52,21 @@ class _LazyConsole:
         self._console: Console | None = None
 
     def __getattr__(self, name: str) -> Any:
+        return getattr(self.real(), name)
+
+    def real(self) -> Console:
+        """The console itself, made now if need be (rich's live display needs a true ``Console``)."""
         if self._console is None:
             from rich.console import Console
 
             stream = sys.stderr if self._stderr else sys.stdout
             self._console = Console(stderr=self._stderr, width=piped_width(stream))
-        return getattr(self._console, name)
+        return self._console
+
+
+def real_console(console: Console) -> Console:
+    """``console`` itself when it is one of the lazy consoles above (rich's live display enters it as a context)."""
+    return console.real() if isinstance(console, _LazyConsole) else console
 
 
 out_console = cast("Console", _LazyConsole(stderr=False))
@@ -75,23 +85,28 @@ def widen_help() -> None:
         typer.rich_utils.MAX_WIDTH = piped_width(sys.stdout)
 
 
+def _say(text: str, *, markup: bool) -> None:
+    """One message on stderr: a single line to a pipe or a log; at a terminal, wrapped between words to its width."""
+    err_console.print(text, highlight=False, markup=markup, soft_wrap=not err_console.is_terminal)
+
+
 def print_error(message: object) -> None:
-    """One ``error:`` line on stderr (never hard-wrapped; the message is printed as text, not markup)."""
+    """One ``error:`` line on stderr (the message is printed as text, not markup)."""
     from rich.markup import escape
 
-    err_console.print(f"[bold red]error:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
+    _say(f"[bold red]error:[/] {escape(str(message))}", markup=True)
 
 
 def print_warning(message: object) -> None:
-    """One ``warning:`` line on stderr (never hard-wrapped; the message is printed as text, not markup)."""
+    """One ``warning:`` line on stderr (the message is printed as text, not markup)."""
     from rich.markup import escape
 
-    err_console.print(f"[yellow]warning:[/] {escape(str(message))}", highlight=False, soft_wrap=True)
+    _say(f"[yellow]warning:[/] {escape(str(message))}", markup=True)
 
 
 def print_note(message: object) -> None:
     """One plain line on stderr: what a command did, beside its output on stdout."""
-    err_console.print(str(message), highlight=False, markup=False, soft_wrap=True)
+    _say(str(message), markup=False)
 
 
 def fail(exc: AacoError) -> typer.Exit:
@@ -100,24 +115,28 @@ def fail(exc: AacoError) -> typer.Exit:
     return typer.Exit(2)
 
 
+class _ConsoleHandler(logging.Handler):
+    """Log records printed through the stderr console: wrapped to a terminal, and above its progress bars."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            _say(self.format(record), markup=False)
+        except Exception:
+            self.handleError(record)
+
+
 def setup_logging(level: str) -> None:
-    """Log to stderr at ``level``."""
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-        force=True,
-    )
+    """Log to stderr at ``level``: through the console at a terminal, as plain lines to a pipe or a file."""
+    handler: logging.Handler = _ConsoleHandler() if sys.stderr.isatty() else logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), handlers=[handler], force=True)
 
 
-def table(*columns: str, right: Collection[str] = (), title: str | None = None) -> Table:
-    """A table whose cells fold (wrap) instead of being cut with an ellipsis; ``right`` columns are right-justified."""
-    from rich.table import Table
+def table(*columns: str, right: Collection[str] = (), title: str | None = None) -> FitTable:
+    """A table that fits the console (``aaco.agent.cli.tables``); ``right`` columns are numbers, right-justified."""
+    from aaco.agent.cli.tables import FitTable
 
-    out = Table(title=title, title_justify="left")
-    for col in columns:
-        out.add_column(col, justify="right" if col in right else "left", overflow="fold")
-    return out
+    return FitTable(*columns, right=right, title=title)
 
 
 def load_config_or_exit(path: Path | None, overrides: Mapping[str, Any] | None = None) -> AgentConfig:

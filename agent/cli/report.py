@@ -14,8 +14,7 @@ from aaco.agent.cli.common import print_error, print_warning, table
 from aaco.contract.stats import EVENTS_DROPPED, Stats
 
 if TYPE_CHECKING:
-    from rich.table import Table
-
+    from aaco.agent.cli.tables import FitTable
     from aaco.agent.service import AgentService
 
 OTLP_COMPONENTS = ("exporter:otlp", "forward:")  # exporter:otlp_metrics included
@@ -83,7 +82,7 @@ SUMMARY_COLUMNS = (
 )
 
 
-def summary_table(service: AgentService) -> Table:
+def summary_table(service: AgentService) -> FitTable:
     """The end-of-run summary: latency, throughput, kernels, KAR, launch tax, active ratio per model."""
     snap = service.final_snapshot
     out = table(*SUMMARY_COLUMNS, right=SUMMARY_COLUMNS[1:], title="AACO summary")
@@ -95,7 +94,7 @@ def summary_table(service: AgentService) -> Table:
     launch = doc.get("launch", {}).get("models", {})
     active: dict[str, list[str]] = {}
     for w in doc.get("activity", {}).get("devices", []):
-        active.setdefault(w["run_id"].split(":")[0], []).append(f"{w['device']} {w['active_ratio']:.2f}")
+        active.setdefault(w["run_id"].split(":")[0], []).append(f"{w['device']}: {w['active_ratio']:.2f}")
     for model in sorted(set(lat) | set(kar) | set(launch)):
         lm, km, la = lat.get(model, {}), kar.get(model, {}), launch.get(model, {})
         tax = la.get("launch_tax")

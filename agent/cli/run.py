@@ -51,6 +51,10 @@ NodeName = Annotated[
     str | None,
     typer.Option("--node", help="Node name written on every event (default $AACO_NODE, $NODE_NAME, the host name)."),
 ]
+NoProgress = Annotated[
+    bool,
+    typer.Option("--no-progress", help="No progress on stderr (bars at a terminal, a line every few seconds piped)."),
+]
 OtlpEndpoint = Annotated[str | None, typer.Option("--otlp-endpoint", help="Send traces over OTLP here.")]
 
 
@@ -109,7 +113,7 @@ def run(
         typer.Option("--metrics-port", min=0, max=65535, help="Serve Prometheus metrics on this port while running."),
     ] = None,
     otlp_endpoint: OtlpEndpoint = None,
-    no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
+    no_progress: NoProgress = False,
     log_level: LogLevel = "warning",
 ) -> None:
     """Run an ONNX model under ONNX Runtime with profiling, analyse it, write the lake, print a summary."""
@@ -174,6 +178,7 @@ def replay(
             "given, instead of this host's offset and the re-anchoring of traces from another boot.",
         ),
     ] = None,
+    no_progress: NoProgress = False,
     log_level: LogLevel = "warning",
 ) -> None:
     """Push trace files through the pipeline: lake, analysis, metrics and traces as if live."""
@@ -211,7 +216,7 @@ def replay(
         from aaco.exporters.perfetto import PerfettoExporter
 
         extra.append(PerfettoExporter(perfetto, Stats()))
-    service = run_service(config, progress=True, stop_when_done=not serve, extra_exporters=extra)
+    service = run_service(config, progress=not no_progress, stop_when_done=not serve, extra_exporters=extra)
     if perfetto is not None:
         print_note(f"perfetto trace: {perfetto.resolve()} (open it in https://ui.perfetto.dev)")
     if not serve:

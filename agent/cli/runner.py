@@ -1,6 +1,6 @@
 """Running the agent's service in the foreground for ``aaco run``, ``aaco replay`` and ``aaco agent``.
 
-Progress bars on stderr, the process settings a long-running agent wants (no pandas, large buffers
+Progress on stderr, the process settings a long-running agent wants (no pandas, large buffers
 returned to the OS), and what the run reports when it ends.
 """
 
@@ -16,54 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from aaco.agent.cli.common import err_console, fail
+from aaco.agent.cli.common import fail
+from aaco.agent.cli.progress import progress_for
 from aaco.agent.cli.report import report_lost, report_problems
 from aaco.contract.errors import AacoError
 
 if TYPE_CHECKING:  # the service and its sources cost ~0.8 s to import: imported when a command runs one
-    from rich.console import Console
-
     from aaco.agent.config import AgentConfig
     from aaco.agent.service import AgentService
-
-
-class RichProgress:
-    """Progress bars on stderr (rich), one per task; thread-safe."""
-
-    def __init__(self, console: Console) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self._progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        )
-        self._tasks: dict[str, Any] = {}
-
-    def __enter__(self) -> RichProgress:
-        self._progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._progress.stop()
-
-    def start(self, task: str, total: int | None) -> None:
-        """Begin a bar."""
-        self._tasks[task] = self._progress.add_task(task, total=total)
-
-    def advance(self, task: str, steps: int = 1) -> None:
-        """Move a bar."""
-        if task in self._tasks:
-            self._progress.advance(self._tasks[task], steps)
-
-    def finish(self, task: str) -> None:
-        """Remove a finished bar."""
-        tid = self._tasks.pop(task, None)
-        if tid is not None:
-            self._progress.remove_task(tid)
 
 
 class _NoPandas(importlib.abc.MetaPathFinder):
@@ -147,7 +107,7 @@ def run_service(
     from aaco.agent.service import AgentService
 
     keep_pandas_out()
-    bars = RichProgress(err_console) if progress and err_console.is_terminal else None
+    bars = progress_for(progress)
     service = AgentService(config, progress=bars, extra_exporters=extra_exporters)
     try:
         with bars if bars is not None else contextlib.nullcontext():

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from aaco.agent.cli.common import AsJson, LogLevel, fail, out_console, print_note, setup_logging
+from aaco.agent.cli.common import AsJson, LogLevel, fail, out_console, print_note, setup_logging, table
 from aaco.contract.errors import AacoError
 
 FIELDS = (
@@ -120,9 +120,9 @@ def sched(
         deadline = started + duration
         while (left := deadline - time.monotonic()) > 0:
             time.sleep(min(left, cfg.interval_s))
-            table = drain_to_table(collector.drain(), node="local", source="sched")
-            if table.num_rows:
-                analyzer.update(EventBatch("sched", conform("sched", table), "sched"))
+            drained = drain_to_table(collector.drain(), node="local", source="sched")
+            if drained.num_rows:
+                analyzer.update(EventBatch("sched", conform("sched", drained), "sched"))
     except KeyboardInterrupt:
         print_note("interrupted: reporting what was measured")
     finally:

@@ -100,19 +100,32 @@ def telemetry(
     if as_json:
         typer.echo(json.dumps(rows, indent=1))
         return
-    columns = ("gpu", "model", "metric", "attributes", "value", "unit")
-    out = table(*columns, right={"value"}, title=f"GPU telemetry ({snap.format})")
+    out_console.print(f"GPU telemetry ({snap.format})", highlight=False)
+    for device, title, group in by_gpu(rows):
+        out = table(
+            "metric", "value", "unit", right={"value"}, title=f"GPU {device}: {title}" if title else f"GPU {device}"
+        )
+        for r in group:
+            out.add_row(*r)
+        out_console.print()
+        out_console.print(out)
+
+
+def by_gpu(rows: list[dict[str, object]]) -> list[tuple[str, str, list[tuple[str, str, str]]]]:
+    """Readings per GPU, in order: (device, model and bus id, [(metric and its series attributes, value, unit)])."""
+    groups: dict[str, tuple[str, list[tuple[str, str, str]]]] = {}
     for r in rows:
         attrs = dict(r["attributes"])  # type: ignore[call-overload]
-        model = attrs.pop("hw.model", "")
-        for k in ("hw.vendor", "pci.bus_id", "gpu_uuid"):
+        who = [str(attrs.pop(k)) for k in ("hw.model", "pci.bus_id") if attrs.get(k)]
+        for k in ("hw.vendor", "gpu_uuid"):
             attrs.pop(k, None)
-        out.add_row(
-            str(r["device"]),
-            model,
-            str(r["metric"]),
-            ",".join(f"{k}={v}" for k, v in attrs.items()),
-            f"{r['value']:.6g}",
-            str(r["unit"]),
-        )
-    out_console.print(out)
+        metric = " ".join([str(r["metric"]), *(f"{k}={v}" for k, v in attrs.items())])
+        device = str(r["device"])
+        _, readings = groups.setdefault(device, (", ".join(who), []))
+        readings.append((metric, _number(float(r["value"])), str(r["unit"])))  # type: ignore[arg-type]
+    return [(device, title, readings) for device, (title, readings) in groups.items()]
+
+
+def _number(v: float) -> str:
+    """A whole number in full (bytes, hertz), anything else to 6 significant digits."""
+    return str(int(v)) if v.is_integer() and abs(v) < 1e15 else f"{v:.6g}"

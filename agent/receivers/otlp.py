@@ -1,15 +1,16 @@
 """The node's OTLP receiver: applications send their own spans, metrics and logs to the agent.
 
-As the OpenTelemetry Collector does in agent mode, it accepts OTLP over gRPC (default port 4317)
-and HTTP/protobuf (4318), optionally over TLS with client certificates (``tls.py``), adds the node's
-resource attributes (``host.name``, ``k8s.node.name``) where the application did not set them, and
-hands everything to the sinks the agent passes it (``base.py``): traces to the agent's trace
-exporter, which links application spans to the GPU iterations of the same process and time window
-before forwarding them, metrics and logs to their own bounded, retrying queues. LLM request spans
-(vLLM's ``llm_request`` and the GenAI conventions' names) are also read into ``requests`` rows on the
-agent's bus (``genai.py``), from which the serving analyzer keeps TTFT, TPOT and tokens; the spans
-themselves are forwarded unchanged. A plain OpenTelemetry SDK client works unchanged. A signal with
-no upstream (no sink) is still accepted and read, not forwarded: its items are counted in
+As the OpenTelemetry Collector does in agent mode, it accepts OTLP over gRPC (default port 4317) and
+HTTP (4318: protobuf, or JSON as ``otlp_json.py`` reads it, answered in the request's encoding),
+optionally over TLS with client certificates (``tls.py``), adds the node's resource attributes
+(``host.name``, ``k8s.node.name``) where the application did not set them, and hands everything to
+the sinks the agent passes it (``base.py``): traces to the agent's trace exporter, which links
+application spans to the GPU iterations of the same process and time window before forwarding them,
+metrics and logs to their own bounded, retrying queues. LLM request spans (vLLM's ``llm_request``
+and the GenAI conventions' names) are also read into ``requests`` rows on the agent's bus
+(``genai.py``), from which the serving analyzer keeps TTFT, TPOT and tokens; the spans themselves
+are forwarded unchanged. A plain OpenTelemetry SDK client works unchanged. A signal with no upstream
+(no sink) is still accepted and read, not forwarded: its items are counted in
 ``aaco_receiver_items_rejected_total{reason="no_upstream"}`` and the start says so once.
 
 A request is admitted only while the agent's byte budget (``ByteBudget``, holder ``receiver``) has
@@ -18,7 +19,7 @@ room for it, and its bytes are held until it is handed on; otherwise the client 
 official generated classes; a malformed one is answered with the right status (gRPC
 INVALID_ARGUMENT, HTTP 400), one too large with RESOURCE_EXHAUSTED / 413, one over the
 per-connection rate limit with RESOURCE_EXHAUSTED carrying RetryInfo / HTTP 429 with Retry-After, a
-JSON body with HTTP 415 (only protobuf is accepted) — all counted in
+body neither protobuf nor JSON with HTTP 415 — all counted in
 ``aaco_receiver_requests_total{protocol, signal, outcome}``. Spans and log records with malformed
 ids are dropped (``ids.py``), counted, and reported to the client as OTLP ``partial_success``. The
 HTTP port's own defences (connection, header, body and time limits) are in ``http_server.py``.
@@ -43,6 +44,7 @@ from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
+from aaco.agent.receivers import otlp_json
 from aaco.agent.receivers.base import Forwarder, ReceiverContext, SpanSink
 from aaco.agent.receivers.config import OtlpReceiverConfig
 from aaco.agent.receivers.genai import SOURCE as REQUESTS_SOURCE
@@ -91,6 +93,8 @@ RECEIVER_ITEMS_REJECTED = define(
 )
 
 Signal = Literal["traces", "metrics", "logs"]
+Headers = tuple[tuple[str, str], ...]
+PROTOBUF = "application/x-protobuf"
 MESSAGES = {
     "traces": (trace_service_pb2.ExportTraceServiceRequest, trace_service_pb2.ExportTraceServiceResponse),
     "metrics": (metrics_service_pb2.ExportMetricsServiceRequest, metrics_service_pb2.ExportMetricsServiceResponse),
@@ -216,8 +220,11 @@ class OtlpReceiver(Component):
             self.bus.offer(EventBatch("requests", rows.slice(offset, MAX_BATCH_ROWS), REQUESTS_SOURCE))
 
     def handle(self, signal: Signal, payload: bytes) -> bytes:
-        """Parse, check, enrich and forward one request; returns the serialised response (raises DecodeError)."""
-        msg = MESSAGES[signal][0].FromString(payload)
+        """Parse, check, enrich and forward a protobuf request; returns the serialised response (raises DecodeError)."""
+        return self.take(signal, MESSAGES[signal][0].FromString(payload), len(payload)).SerializeToString()
+
+    def take(self, signal: Signal, msg: Any, nbytes: int = 0) -> Any:
+        """Check, enrich and forward one parsed request (``nbytes`` on the wire, 0: its protobuf size); the response."""
         rejected = drop_malformed(signal, msg)
         n = count_items(signal, msg)
         if signal == "traces" and self.bus is not None:
@@ -225,7 +232,7 @@ class OtlpReceiver(Component):
         self._enrich(signal, msg)
         self.stats.inc(RECEIVER_ITEMS, n, signal=signal)
         if signal == "traces" and self.traces is not None:
-            self.traces.accept_spans(msg, n, nbytes=len(payload))
+            self.traces.accept_spans(msg, n, nbytes=nbytes)
         elif signal != "traces" and (sender := self.senders[signal]) is not None:
             sender.enqueue(msg.SerializeToString(), n)
         elif n:
@@ -244,7 +251,7 @@ class OtlpReceiver(Component):
             else:
                 response.partial_success.rejected_log_records = total
             log.debug("OTLP %s request: %s", signal, response.partial_success.error_message)
-        return response.SerializeToString()
+        return response
 
     # -- gRPC ---------------------------------------------------------------------------------------
 
@@ -307,26 +314,55 @@ class OtlpReceiver(Component):
         if not self._limiter.allow(request.peer):
             self._count("http", signal, "rate_limited")
             return Reply(429, b"rate limit exceeded\n", headers=(("Retry-After", "1"),))
-        if request.headers.get("content-type", "").split(";")[0].strip() != "application/x-protobuf":
+        media = request.headers.get("content-type", "").split(";")[0].strip().lower()  # a charset is allowed
+        if media not in (PROTOBUF, otlp_json.CONTENT_TYPE):
             self._count("http", signal, "unsupported")
-            return Reply(415, b"only application/x-protobuf is accepted\n")
+            return Reply(415, b"use Content-Type application/x-protobuf or application/json\n")
+        as_json = media == otlp_json.CONTENT_TYPE
         body: bytes | None = request.body
         if request.headers.get("content-encoding", "").lower() == "gzip":
             try:
                 body = gunzip_bounded(request.body, self.config.max_message_bytes)
             except zlib.error:
-                self._count("http", signal, "malformed")
-                return Reply(400, b"bad gzip body\n")
+                return self._refusal(signal, as_json, 400, "malformed", "bad gzip body")
             if body is None:
-                self._count("http", signal, "too_large")
-                return Reply(413, b"request too large once decompressed\n")
+                return self._refusal(signal, as_json, 413, "too_large", "request too large once decompressed")
+        if as_json:
+            return self._http_json(signal, body)
         try:
             response = self.handle(signal, body)
         except DecodeError:
-            self._count("http", signal, "malformed")
-            return Reply(400, f"malformed OTLP {signal} request\n".encode())
+            return self._refusal(signal, as_json, 400, "malformed", f"malformed OTLP {signal} request")
         self._count("http", signal, "accepted")
-        return Reply(200, response, "application/x-protobuf")
+        return Reply(200, response, PROTOBUF)
+
+    def _http_json(self, signal: Signal, body: bytes) -> Reply:
+        """An OTLP/JSON request, parsed while its tree is held in the byte budget (``otlp_json.py``); a JSON answer."""
+        need = otlp_json.JSON_PARSE_FACTOR * len(body)
+        if need > self.budget.limit:  # it could never be admitted: retrying would not help
+            why = "JSON request too large for the agent's memory budget; send protobuf or smaller batches"
+            return self._refusal(signal, True, 413, "too_large", why)
+        if not self.budget.try_acquire("receiver", need):
+            why = "the agent holds too much data; retry later"
+            return self._refusal(signal, True, 503, "over_budget", why, (("Retry-After", "1"),))
+        try:
+            msg = otlp_json.decode(MESSAGES[signal][0], body)
+        except otlp_json.JsonRequestError as exc:
+            return self._refusal(signal, True, 400, "malformed", f"malformed OTLP {signal} request: {exc}")
+        finally:
+            self.budget.release("receiver", need)
+        response = self.take(signal, msg)
+        self._count("http", signal, "accepted")
+        return Reply(200, otlp_json.encode(response), otlp_json.CONTENT_TYPE)
+
+    def _refusal(
+        self, signal: Signal, as_json: bool, status: int, outcome: str, text: str, headers: Headers = ()
+    ) -> Reply:
+        """A counted refusal: to a JSON request a JSON ``google.rpc.Status`` (as OTLP asks), else a line of text."""
+        self._count("http", signal, outcome)
+        if as_json:
+            return Reply(status, otlp_json.encode(status_pb2.Status(message=text)), otlp_json.CONTENT_TYPE, headers)
+        return Reply(status, f"{text}\n".encode(), headers=headers)
 
     # -- lifecycle ----------------------------------------------------------------------------------
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 
 import grpc
 import pytest
@@ -23,9 +25,11 @@ from aaco.agent.receivers.otlp import RECEIVER_ITEMS_REJECTED, RECEIVER_REQUESTS
 from aaco.agent.service import AgentService
 from tests.conftest import get_free_port
 from tests.integration.helpers import read_lake
+from tests.support.otlp_json import rich_request, to_json, upstream_trace
 from tests.support.otlp_receivers import GrpcReceiver
 
 pytestmark = pytest.mark.integration
+TRACES = trace_service_pb2.ExportTraceServiceRequest
 
 
 def agent(tmp_path, upstream_port, sources, **rx):
@@ -116,7 +120,7 @@ def test_bad_requests_get_the_right_status_and_are_counted(tmp_path):
                     return e.code
 
             assert post("/v1/traces", b"\xff\xff\xff not protobuf") == 400
-            assert post("/v1/traces", b"{}", ctype="application/json") == 415
+            assert post("/v1/traces", b"{}", ctype="text/plain") == 415
             assert post("/v1/traces", b"x" * 20_000) == 413
             assert post("/v1/traces", gzip.compress(b"\x00" * 50_000), enc="gzip") == 413  # a small zip bomb
             assert post("/v1/nope", b"") == 404
@@ -271,3 +275,51 @@ def test_spans_with_malformed_ids_are_dropped_counted_and_reported(tmp_path):
             svc.shutdown(timeout_s=20)
     names = [s.name for _, s in upstream.got.spans()]
     assert names == ["good", "good"]
+
+
+def _post_as(port: int, body: bytes, ctype: str) -> tuple[int, str, bytes]:
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/traces", data=body, headers={"Content-Type": ctype}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.headers["Content-Type"], r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers["Content-Type"], e.read()
+
+
+def test_json_requests_reach_the_upstream_and_the_lake_as_their_protobuf_twins(tmp_path):
+    """Each request is sent once as protobuf, once as OTLP/JSON: the upstream gets the same spans, byte for byte."""
+    example_json, example = upstream_trace()
+    pairs = [  # (protobuf body, JSON body) of the same request
+        (rich_request(1).SerializeToString(), to_json(rich_request(1))),
+        (rich_request(2).SerializeToString(), to_json(rich_request(2), snake_case=True, int64_numbers=True)),
+        (example.SerializeToString(), example_json),
+    ]
+    with GrpcReceiver() as upstream:
+        svc = agent(tmp_path, upstream.port, [])
+        svc.start()
+        try:
+            port = svc.receivers["otlp"].http_port
+            for i, (protobuf, json_body) in enumerate(pairs):
+                assert _post_as(port, protobuf, "application/x-protobuf")[0] == 200
+                ctype = "application/json; charset=utf-8" if i else "application/json"
+                assert _post_as(port, json_body, ctype) == (200, "application/json", b"{}")
+            bad = [
+                b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "x"}',  # cut short
+                b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "5B8EFFF798038103D269B633813FC6ZZ"}]}]}]}',
+                b'{"resourceSpans": ' + b"[" * 1500 + b"]" * 1500 + b"}",  # past the parser's depth limit
+            ]
+            for body, why in zip(bad, ("not JSON", "traceId: not a hex string", "depth limit"), strict=True):
+                status, ctype, answer = _post_as(port, body, "application/json")
+                assert (status, ctype) == (400, "application/json")
+                assert why in json.loads(answer)["message"]
+            assert svc.stats.get(RECEIVER_REQUESTS, protocol="http", signal="traces", outcome="accepted") == 6
+            assert svc.stats.get(RECEIVER_REQUESTS, protocol="http", signal="traces", outcome="malformed") == 3
+        finally:
+            svc.shutdown(timeout_s=20)
+    got = Counter((r.SerializeToString(), s.SerializeToString()) for r, s in upstream.got.spans())
+    sent = sum(len(ss.spans) for body, _ in pairs for ss in TRACES.FromString(body).resource_spans[0].scope_spans)
+    assert len(got) == sent and set(got.values()) == {2}  # every span twice: resource and span serialized alike
+    rows = Counter(json.dumps(row, sort_keys=True) for row in read_lake(tmp_path / "lake", "requests").to_pylist())
+    assert sorted(rows.values()) == [2, 2]  # the two llm_request spans, each read into the same row twice

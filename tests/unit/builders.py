@@ -1,4 +1,4 @@
-"""Small builders of conformed event batches for unit tests (not a test module)."""
+"""Small builders of conformed event batches, and recorders standing in for the receiver's sinks (not a test module)."""
 
 from __future__ import annotations
 
@@ -113,3 +113,27 @@ def assert_points_valid(points: list[MetricPoint]) -> None:
         assert METRICS[p.metric.prom_name] is p.metric or METRICS[p.metric.prom_name] == p.metric
         assert set(p.labels) == set(p.metric.labels), (p.metric.prom_name, dict(p.labels))
         assert all(isinstance(v, str) for v in p.labels.values())
+
+
+class Bus:
+    """Stands in for the agent's bus: keeps what is offered."""
+
+    def __init__(self) -> None:
+        self.items: list[EventBatch] = []
+
+    def offer(self, item: EventBatch) -> bool:
+        self.items.append(item)
+        return True
+
+    def put(self, item: EventBatch, stop: Any = None, timeout_s: float | None = None) -> bool:
+        return self.offer(item)
+
+
+class SpanRecorder:
+    """Stands in for the trace exporter's ``accept_spans``: keeps the requests the receiver hands on."""
+
+    def __init__(self) -> None:
+        self.requests: list[Any] = []
+
+    def accept_spans(self, request: Any, spans: int, nbytes: int = 0) -> None:
+        self.requests.append(request)

@@ -11,8 +11,9 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from aaco.agent.receivers.config import OtlpReceiverConfig
 from aaco.agent.receivers.genai import REQUEST_VALUES_INVALID, RequestRows
 from aaco.agent.receivers.otlp import OtlpReceiver
-from aaco.contract.schemas import REQUESTS, EventBatch
+from aaco.contract.schemas import REQUESTS
 from aaco.contract.stats import Stats
+from tests.unit.builders import Bus, SpanRecorder
 
 SERVER = trace_pb2.Span.SPAN_KIND_SERVER
 CLIENT = trace_pb2.Span.SPAN_KIND_CLIENT
@@ -158,28 +159,8 @@ def test_a_time_past_int64_drops_that_row_only():
     assert stats.get(REQUEST_VALUES_INVALID, field="time") == 1
 
 
-class _Bus:
-    def __init__(self) -> None:
-        self.items: list[EventBatch] = []
-
-    def offer(self, item: EventBatch) -> bool:
-        self.items.append(item)
-        return True
-
-    def put(self, item: EventBatch, stop=None, timeout_s=None) -> bool:
-        return self.offer(item)
-
-
-class _Sink:
-    def __init__(self) -> None:
-        self.requests: list[trace_service_pb2.ExportTraceServiceRequest] = []
-
-    def accept_spans(self, request, spans: int, nbytes: int = 0) -> None:
-        self.requests.append(request)
-
-
 def test_receiver_publishes_rows_before_adding_the_agents_own_pod_and_forwards_spans_unchanged():
-    bus, sink = _Bus(), _Sink()
+    bus, sink = Bus(), SpanRecorder()
     agent_pod = {"host.name": "node-a", "k8s.pod.name": "aaco-agent-xyz", "k8s.namespace.name": "aaco"}
     rx = OtlpReceiver(OtlpReceiverConfig(enabled=True), Stats(), agent_pod, sink, None, None, bus=bus, node="node-a")
     sent = request({"service.name": "vllm"}, span(VLLM, n=1), span({"http.route": "/health"}, n=2))
@@ -195,7 +176,7 @@ def test_receiver_publishes_rows_before_adding_the_agents_own_pod_and_forwards_s
 
 
 def test_receiver_without_a_bus_reads_nothing():
-    sink = _Sink()
+    sink = SpanRecorder()
     rx = OtlpReceiver(OtlpReceiverConfig(enabled=True), Stats(), {}, sink, None, None)
     rx.handle("traces", request(POD, span(VLLM)).SerializeToString())
     assert len(sink.requests) == 1

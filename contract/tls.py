@@ -1,13 +1,21 @@
-"""A server ``ssl.SSLContext`` from PEM files, with the file at fault named in every error.
+"""The TLS ports' shared pieces: a server ``ssl.SSLContext`` from PEM files, and the answer to plain HTTP.
 
 Shared by two layers: ``/metrics`` (the exporters' web-config file, ``tls_server_config``) and the
-node's OTLP receiver (``receivers.otlp.tls``).
+node's OTLP receiver (``receivers.otlp.tls``). A client that sends plain HTTP to a TLS port would
+otherwise see its connection closed without a word (the handshake fails on its request line); as
+Go's net/http does ("Client sent an HTTP request to an HTTPS server."), each server peeks at a
+connection's first bytes (``MSG_PEEK``, nothing consumed) before the handshake and, when they start
+like an HTTP request rather than a TLS record (content type 0x16), answers ``plaintext_answer``'s 400
+naming the https URL, and closes.
 """
 
 from __future__ import annotations
 
+import re
+import socket
 import ssl
 from pathlib import Path
+from typing import Final
 
 from aaco.contract.errors import AacoError
 
@@ -60,3 +68,40 @@ def server_context(
             ) from exc
         ctx.verify_mode = verify_mode
     return ctx
+
+
+PEEK_BYTES: Final = 1024  # how much of a connection's start is peeked at for the request line and Host
+# An HTTP request starts with an upper-case method and a space (a TLS record with 0x14 to 0x18): what has
+# arrived may be a prefix of that ("GE" alone is plain HTTP too).
+_PLAIN_HTTP: Final = re.compile(rb"[A-Z]{1,16}(?: |\Z)")
+_TARGET: Final = re.compile(rb"[A-Z]+ (/[!-~]{0,200})")
+_HOST: Final = re.compile(rb"\r\nHost:[ \t]*([A-Za-z0-9.:\[\]-]{1,300})[ \t]*\r\n", re.IGNORECASE)
+
+
+def plaintext_answer(peeked: bytes, local: tuple[str, int] | tuple[str, int, int, int]) -> bytes | None:
+    """The whole ``400 Bad Request`` for a plain HTTP request sent to a TLS port, or None when ``peeked`` is not one.
+
+    ``peeked`` is the connection's first bytes (read with ``MSG_PEEK``), ``local`` the address the client
+    reached (``getsockname()``), used when the request names no Host.
+    """
+    if not _PLAIN_HTTP.match(peeked):
+        return None
+    host = _HOST.search(peeked)
+    if host is not None:
+        authority = host.group(1).decode("ascii")
+    else:
+        address = local[0]
+        authority = f"[{address}]:{local[1]}" if ":" in address else f"{address}:{local[1]}"
+    target = _TARGET.match(peeked)
+    path = target.group(1).decode("ascii") if target is not None else "/"
+    body = f"Client sent an HTTP request to an HTTPS server: this port speaks TLS; use https://{authority}{path}\n"
+    head = (
+        "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return (head + body).encode("ascii")
+
+
+def peek(sock: socket.socket) -> bytes:
+    """A connection's first bytes, left unread for the TLS handshake (blocks as the socket's timeout says)."""
+    return sock.recv(PEEK_BYTES, socket.MSG_PEEK)

@@ -3,7 +3,8 @@
 The standard library's WSGI server with one change of model: ``socketserver``'s ThreadingMixIn starts a
 thread per connection without limit and knows no deadline, so this server hands each accepted connection
 to a pool of ``workers`` threads (one more connection is closed and counted as busy), does the TLS
-handshake there (a slow client never holds up the accept loop), and cuts any connection still open
+handshake there (a slow client never holds up the accept loop; plain HTTP sent to the TLS port is
+answered 400 with the https URL instead, ``contract/tls.py``), and cuts any connection still open
 ``timeout_s`` after it was accepted (a socket timeout alone lets a client that sends a byte now and then
 hold a worker for ever). Hand-written on ``wsgiref`` because the agent carries no WSGI server dependency and
 the pieces are small.
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
+from aaco.contract.tls import peek, plaintext_answer
 from aaco.exporters.web_config import WebConfigWatcher, allowed_san
 
 log = logging.getLogger("aaco.exporters.prometheus")
@@ -31,6 +33,7 @@ log = logging.getLogger("aaco.exporters.prometheus")
 CLIENT_CERT_REASONS = frozenset(
     {"PEER_DID_NOT_RETURN_A_CERTIFICATE", "CERTIFICATE_VERIFY_FAILED", "TLSV13_ALERT_CERTIFICATE_REQUIRED"}
 )
+LINGER_S = 2.0  # how long a client answered with the plain-HTTP hint is read before its connection is closed
 
 
 @dataclass
@@ -102,6 +105,8 @@ class PoolServer(WSGIServer):
             sock.settimeout(self._timeout_s)
             state = self._web.current() if self._web is not None and self._web.tls else None
             if state is not None and state.context is not None:
+                if self._plaintext(sock):
+                    return
                 tls = self._handshake(state.context, sock, deadline, state.config.tls_server_config)
                 if tls is None:
                     return
@@ -118,6 +123,22 @@ class PoolServer(WSGIServer):
                 self._active.pop(threading.get_ident(), None)
             self.shutdown_request(conn)
             self._slots.release()
+
+    def _plaintext(self, sock: socket.socket) -> bool:
+        """Answer plain HTTP sent to the TLS port with a 400 naming the https URL (counted); True when it was."""
+        first = peek(sock)  # within the connection's timeout, as the handshake would wait
+        answer = plaintext_answer(first, sock.getsockname())
+        if answer is None:
+            return False
+        self._refused("plaintext_http")
+        sock.recv(len(first))  # the peeked request, read so that closing does not reset the answer away
+        sock.sendall(answer)
+        with contextlib.suppress(OSError):  # read what more the client sends until it closes, within its time
+            sock.shutdown(socket.SHUT_WR)
+            sock.settimeout(min(LINGER_S, self._timeout_s))
+            while sock.recv(65536):
+                pass
+        return True
 
     def _handshake(
         self, context: ssl.SSLContext, sock: socket.socket, deadline: float, tls: Any

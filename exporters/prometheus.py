@@ -78,8 +78,9 @@ METRICS_SERVER_REFUSED = define(
     "{request}",
     "Connections and requests the /metrics server refused, by reason: no_credentials and bad_credentials (401, "
     "basic auth), config_error (500: the web-config file's latest change did not load), tls_handshake, "
-    "client_cert (no or unverified client certificate), client_san (not in client_allowed_sans), timeout "
-    "(request_timeout_s passed), busy (max_workers connections already served).",
+    "client_cert (no or unverified client certificate), client_san (not in client_allowed_sans), plaintext_http "
+    "(plain HTTP sent to the TLS port: answered 400 with the https URL), timeout (request_timeout_s passed), busy "
+    "(max_workers connections already served).",
     ("reason",),
 )
 

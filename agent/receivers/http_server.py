@@ -18,7 +18,9 @@ refused connection is answered and closed after a short lingering read, so the c
 answer rather than a reset. A request must arrive whole within ``read_timeout_s`` of its first byte
 (408), an idle kept-alive connection is closed after ``idle_timeout_s``. Every refusal is counted in
 ``aaco_receiver_requests_total`` (by signal, ``unknown`` before the path is known) or, for whole
-connections, ``aaco_receiver_connections_total``; a client that goes away is one debug line.
+connections, ``aaco_receiver_connections_total``; a client that goes away is one debug line. On a
+TLS port a connection's first bytes are peeked at before the handshake (within ``read_timeout_s``):
+plain HTTP is answered 400 with the https URL (``contract/tls.py``), counted ``plaintext_http``.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from aaco.agent.receivers.http_wire import (
 )
 from aaco.contract.budget import ByteBudget
 from aaco.contract.stats import Stats
+from aaco.contract.tls import peek, plaintext_answer
 
 log = logging.getLogger("aaco.receivers.otlp")
 
@@ -155,7 +158,9 @@ class HttpServer:
 
     def _ready(self, conn: Conn) -> None:
         try:
-            if conn.phase == "handshake":
+            if conn.phase == "sniff":
+                self._sniff(conn)
+            elif conn.phase == "handshake":
                 self._handshake(conn)
             elif conn.phase == "linger":
                 self._discard(conn)
@@ -202,14 +207,36 @@ class HttpServer:
                 self._linger(refused)
                 continue
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self.tls is not None:
-                tls_sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
-                conn = Conn(tls_sock, peer, http, "handshake", now + cfg.read_timeout_s)
+            if self.tls is not None:  # its first bytes are peeked at (_sniff) before the handshake
+                conn = Conn(sock, peer, http, "sniff", now + cfg.read_timeout_s)
             else:
                 conn = Conn(sock, peer, http, "idle", now + cfg.idle_timeout_s)
             self._conns.add(conn)
             self._sel.register(conn.sock, selectors.EVENT_READ, conn)
             self._conn_count("accepted")
+
+    def _sniff(self, conn: Conn) -> None:
+        """On a TLS port: answer plain HTTP with a hint (counted ``plaintext_http``), else begin the handshake."""
+        try:
+            first = peek(conn.sock)
+        except BlockingIOError:
+            return
+        except GONE as exc:
+            self._gone(conn, exc)
+            return
+        answer = plaintext_answer(first, conn.sock.getsockname())
+        if answer is not None:
+            self._conn_count("plaintext_http")
+            log.debug("OTLP/HTTP: %s sent plain HTTP to the TLS port; answered 400", conn.peer)
+            self._send_now(conn.sock, answer)
+            self._linger(conn)
+            return
+        assert self.tls is not None
+        self._sel.unregister(conn.sock)  # wrapping takes the socket's descriptor over
+        conn.sock = self.tls.wrap_socket(conn.sock, server_side=True, do_handshake_on_connect=False)
+        conn.phase = "handshake"
+        self._sel.register(conn.sock, selectors.EVENT_READ, conn)
+        self._handshake(conn)
 
     def _handshake(self, conn: Conn) -> None:
         try:
@@ -361,7 +388,7 @@ class HttpServer:
                 self._send_now(conn.sock, plain_response(408, "request not received in time\n"))
             elif conn.phase == "idle":
                 self._conn_count("idle_timeout")
-            elif conn.phase == "handshake":
+            elif conn.phase in ("sniff", "handshake"):
                 self._conn_count("timeout")
             self._close(conn)
 

@@ -20,7 +20,8 @@ RECEIVER_CONNECTIONS = define(
     "counter",
     "{connection}",
     "Connections to the OTLP/HTTP port by outcome: accepted, too_many_connections (closed at once), "
-    "idle_timeout, timeout (TLS handshake), tls_failed, client_gone (reset between requests), accept_failed.",
+    "idle_timeout, timeout (TLS handshake), tls_failed, plaintext_http (plain HTTP sent to the TLS port: answered "
+    "400 with the https URL), client_gone (reset between requests), accept_failed.",
     ("outcome",),
 )
 
@@ -61,7 +62,7 @@ class Conn:
     sock: Any  # socket.socket or ssl.SSLSocket
     peer: str
     http: h11.Connection
-    phase: str  # handshake, idle, head, body, busy, linger
+    phase: str  # sniff (TLS: first bytes not yet seen), handshake, idle, head, body, busy, linger
     deadline: float
     head: bytearray = field(default_factory=bytearray)  # the head's first bytes, to name the signal of a refusal
     signal: str = "unknown"

@@ -151,8 +151,9 @@ def test_the_agent_serves_the_secure_scenario_as_rendered(tmp_path: Path, aaco_b
             assert c[probe]["httpGet"]["scheme"] == "HTTPS"
             url = base + c[probe]["httpGet"]["path"]  # as the kubelet probes: HTTPS, no credential
             wait_for(lambda u=url: answers(u, trusting) == 200, timeout=60, what=f"{probe} {url}")
-        with pytest.raises(OSError):  # plain HTTP to the TLS port: the connection is closed
+        with pytest.raises(urllib.error.HTTPError) as plain:  # plain HTTP to the TLS port: told to use https
             urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        assert plain.value.code == 400 and f"use https://127.0.0.1:{port}/metrics" in plain.value.read().decode()
         assert request(base + "/metrics", trusting) == 401
         assert request(base + "/metrics", trusting, headers={"Authorization": basic("prometheus", "wrong")}) == 401
         scrape = {"Authorization": basic("prometheus", SCRAPE_PASSWORD)}

@@ -6,6 +6,8 @@ import http.client
 import os
 import ssl
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -24,6 +26,7 @@ from aaco.agent.service import AgentService
 from aaco.contract.errors import AacoError
 from aaco.contract.stats import Stats
 from tests.conftest import get_free_port
+from tests.support.otlp_json import rich_request, to_json
 from tests.support.otlp_receivers import GrpcReceiver
 from tests.support.pki import Pki, make_pki
 
@@ -150,3 +153,30 @@ def test_a_tls_file_that_cannot_be_read_names_the_file_and_the_setting(pki, miss
     with pytest.raises(AacoError, match=f"receivers.otlp.tls.{missing}") as err:
         rx.start()
     assert "nope.pem" in str(err.value)
+
+
+def test_plain_http_to_the_tls_port_is_answered_400_naming_the_https_url(pki):
+    """As Go's net/http does: a request line where a TLS handshake belongs gets a hint, not a silent close."""
+    tls = {"cert_file": pki.server_cert, "key_file": pki.server_key}
+    stats = Stats()
+    rx = OtlpReceiver(OtlpReceiverConfig(enabled=True, grpc_port=0, http_port=0, tls=tls), stats, {}, None, None, None)
+    rx.start()
+    try:
+        body, ctype = to_json(rich_request()), {"Content-Type": "application/json"}
+        plain = urllib.request.Request(f"http://127.0.0.1:{rx.http_port}/v1/traces", body, ctype, method="POST")
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(plain, timeout=10)
+        assert err.value.code == 400
+        hint = err.value.read().decode()
+        assert hint == (
+            "Client sent an HTTP request to an HTTPS server: this port speaks TLS; "
+            f"use https://127.0.0.1:{rx.http_port}/v1/traces\n"
+        )
+        assert stats.get(RECEIVER_CONNECTIONS, outcome="plaintext_http") == 1
+        https = urllib.request.Request(f"https://localhost:{rx.http_port}/v1/traces", body, ctype, method="POST")
+        context = ssl.create_default_context(cafile=str(pki.ca))
+        with urllib.request.urlopen(https, timeout=10, context=context) as r:
+            assert (r.status, r.headers["Content-Type"], r.read()) == (200, "application/json", b"{}")
+        assert stats.get(RECEIVER_CONNECTIONS, outcome="tls_failed") == 0
+    finally:
+        rx.shutdown(5)

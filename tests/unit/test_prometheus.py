@@ -403,12 +403,18 @@ def test_tls_and_basic_auth(serve_with, pki: Pki):
     assert s[("aaco_metrics_server_refused_total", (("reason", "bad_credentials"),))].value == 1
 
 
-def test_plain_http_to_the_tls_port_is_refused(serve_with, pki: Pki):
+def test_plain_http_to_the_tls_port_is_answered_400_naming_the_https_url(serve_with, pki: Pki):
+    """As Go's net/http (so node-exporter) does: a request line where a TLS handshake belongs gets a hint."""
     exp, stats, _ = serve_with(tls_doc(pki))
-    with pytest.raises(OSError):
+    with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(f"http://127.0.0.1:{exp.port}/metrics", timeout=10).read()
-    assert wait_for(lambda: stats.get(METRICS_SERVER_REFUSED, reason="tls_handshake") == 1)
+    assert err.value.code == 400
+    assert err.value.read().decode() == (
+        f"Client sent an HTTP request to an HTTPS server: this port speaks TLS; use https://127.0.0.1:{exp.port}/metrics\n"
+    )
+    assert stats.get(METRICS_SERVER_REFUSED, reason="plaintext_http") == 1  # counted before the answer was sent
     assert fetch(f"https://127.0.0.1:{exp.port}/metrics", client_context(pki))[0] == 200
+    assert stats.get(METRICS_SERVER_REFUSED, reason="tls_handshake") == 0
 
 
 def test_client_certificate_required(serve_with, pki: Pki):

@@ -27,8 +27,33 @@ REMOTE_SCHEMES = ("s3", "gs", "gcs", "abfs", "abfss")
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):/")
 
 
+_AWS_CODE = re.compile(r"AWS Error ([A-Z_]+)")
+_UNREACHABLE = ("NETWORK_CONNECTION", "Could not connect", "Couldn't resolve", "Connection refused")
+_REFUSED = ("ACCESS_DENIED", "INVALID_ACCESS_KEY_ID", "SIGNATURE_DOES_NOT_MATCH", "EXPIRED_TOKEN", "UNAUTHORIZED")
+UNREACHABLE_HINT = "check AWS_ENDPOINT_URL (or AWS_ENDPOINT_URL_S3) and that the store is up"
+CREDENTIALS_HINT = "check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or the node's role, and the bucket's policy"
+
+
 class StoreError(AacoError):
     """A lake URL that names no store this agent can reach, or a store that cannot be opened."""
+
+
+def explain(exc: Exception) -> tuple[str, str]:
+    """What a store's failure means, and the fix: (``cannot reach the store (NETWORK_CONNECTION)``, hint).
+
+    pyarrow's messages carry the AWS SDK's error code; an unknown failure is given as it was said.
+    """
+    text = str(exc)
+    found = _AWS_CODE.search(text)
+    code = f" ({found.group(1)})" if found else ""
+    if any(s in text for s in _UNREACHABLE):
+        return (
+            f"cannot reach the store{code}",
+            "check AWS_ENDPOINT_URL (or AWS_ENDPOINT_URL_S3) and that the store is up",
+        )
+    if any(s in text for s in _REFUSED):
+        return f"the store refused the credentials{code}", CREDENTIALS_HINT
+    return text, "check the URL and the store's settings"
 
 
 @dataclass(frozen=True)

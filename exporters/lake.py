@@ -205,9 +205,17 @@ class LakeExporter(Exporter):
 
     def start(self) -> None:
         """Create the lake, take its lock, finish any commit a crash interrupted, load the offsets."""
-        for sub in (*SCHEMAS, versions.KIND, "checkpoints"):
-            make_dirs(self.root / sub)
-        self._lock_file = os.fdopen(open_private(self.root / ".lock", os.O_RDWR), "r+")
+        try:
+            for sub in (*SCHEMAS, versions.KIND, "checkpoints"):
+                make_dirs(self.root / sub)
+            self._lock_file = os.fdopen(open_private(self.root / ".lock", os.O_RDWR), "r+")
+        except OSError as exc:  # a file in the way, a read-only mount, a place no directory can be made (/proc)
+            raise AacoError(
+                f"cannot write the lake here: {exc.strerror or exc}"
+                + (f" ({exc.filename})" if exc.filename and Path(exc.filename) != self.root else ""),
+                subject=self.root,
+                hint="choose a writable directory with --out, --lake or exporters.lake.path",
+            ) from None
         try:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
@@ -450,6 +458,13 @@ class LakeExporter(Exporter):
         while final_path.exists():
             final_path = directory / f"part-{self._next_part(directory):06d}.parquet"
         return final_path
+
+    def unshipped(self) -> tuple[int, int, str | None] | None:
+        """After shutdown, when shipping: the parts and bytes left unshipped, and why the last attempt failed."""
+        if self.shipper is None:
+            return None
+        parts, size = self.shipper.unshipped
+        return parts, size, self.shipper.last_error
 
     def force_flush(self, timeout_s: float = 10.0) -> bool:
         """Commit what may be committed now, and ship what is sealed within ``timeout_s``."""

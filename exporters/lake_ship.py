@@ -42,9 +42,11 @@ from aaco.contract.config_base import StrictModel
 from aaco.contract.files import write_bytes_atomic
 from aaco.contract.signals import define
 from aaco.contract.stats import EVENTS_DROPPED, Stats
-from aaco.contract.stores import Store
+from aaco.contract.stores import Store, explain
 
 log = logging.getLogger("aaco.exporters.lake")
+# What is left unshipped at shutdown; the commands that report it themselves (aaco run, aaco replay) quiet it.
+left_log = logging.getLogger("aaco.exporters.lake.unshipped")
 
 SHIPPED = "shipped.json"
 LAKE_ID = "lake-id"
@@ -169,6 +171,8 @@ class Shipper:
         self._next_retire = 0.0
         self._pool = ThreadPoolExecutor(settings.workers, thread_name_prefix="aaco-lake-upload")
         self.lake_id = ""
+        self.last_error: str | None = None  # why the last pass failed (``stores.explain``), None after a success
+        self.unshipped: tuple[int, int] = (0, 0)  # parts and bytes left unshipped when stopped
         for metric in (UPLOADED_PARTS, UPLOADED_BYTES, UPLOAD_FAILURES, DROPPED_PARTS, REMOVED_PARTS, LAST_SUCCESS):
             stats.declare(metric)
         stats.declare(EVENTS_DROPPED, component=COMPONENT, reason="backlog_full")
@@ -295,7 +299,9 @@ class Shipper:
                     self._failures += 1
                     self._stats.inc(UPLOAD_FAILURES, len(failed))
                     part, error = failed[0]
-                    log.warning(
+                    what = explain(error)[0]
+                    said, self.last_error = self.last_error, what  # said once while the failure stays the same
+                    (log.debug if what == said else log.warning)(
                         "lake: cannot ship %s%s to %s (will retry): %s",
                         part.path,
                         f" and {len(failed) - 1} more" if len(failed) > 1 else "",
@@ -305,6 +311,7 @@ class Shipper:
                     self._gauges([p for p in batch if self._marks.get(p.directory, -1) < p.seq] + pending)
                     return False
                 self._failures = 0
+                self.last_error = None
                 self._gauges(pending)
             self._gauges([])
             self._retire()
@@ -407,6 +414,7 @@ class Shipper:
             self._thread.join(max(0.0, timeout_s))
         self._pool.shutdown(wait=False, cancel_futures=True)
         if not self._lock.acquire(timeout=max(0.0, timeout_s)):  # an upload still waits on a stalled store
+            self.unshipped = (max(1, int(self._stats.get(BACKLOG_PARTS))), int(self._stats.get(BACKLOG_BYTES)))
             log.warning(
                 "lake: an upload to %s was still in flight at shutdown; it is retried on the next start", self.store.url
             )
@@ -415,8 +423,9 @@ class Shipper:
             left = self.sealed()
         finally:
             self._lock.release()
+        self.unshipped = (len(left), sum(p.size for p in left))
         if left:
-            log.warning(
+            left_log.warning(
                 "lake: %d part(s) (%d bytes) not shipped to %s yet: they stay in %s and ship on the next start",
                 len(left),
                 sum(p.size for p in left),

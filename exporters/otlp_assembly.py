@@ -2,9 +2,10 @@
 
 One trace per iteration (its root span is the iteration) or, for kernels no iteration claimed, one
 trace per capture window (``run_id``). Kernel spans go out as they come, children of their root,
-within two budgets: at most ``max_kernel_spans_per_trace`` per trace, and a node-wide token bucket
-of ``max_spans_per_second``. Kernels beyond either are *summarised*: counted on the root span
-(``aaco.kernels.total``, ``.exported``, ``.summarized``, busy time, top families) and in
+within two budgets: at most ``max_kernel_spans_per_trace`` per trace, and a node-wide
+``max_spans_per_second`` (``otlp_rate``: on the agent's clock, or on the kernels' own for a replay).
+Kernels beyond either are *summarised*: counted on the root span (``aaco.kernels.total``,
+``.exported``, ``.summarized``, busy time, top families) and in
 ``aaco_spans_summarized_total{reason}``. So for every trace, exported kernel spans plus the
 summarised count equal the kernels the source read: nothing vanishes silently.
 
@@ -45,6 +46,7 @@ from aaco.contract.kernels import families
 from aaco.contract.schemas import EventBatch
 from aaco.contract.signals import define
 from aaco.contract.stats import Stats
+from aaco.exporters.otlp_rate import TokenBucket, TraceTimeBudget
 from aaco.exporters.otlp_spans import TRACE_ID_HEAD, RootSpan, SpanEncoder, SpanEvent, family_totals, link_bodies
 
 SPANS_SUMMARIZED = define(
@@ -117,25 +119,6 @@ class AppRequest:
     nbytes: int = 0  # its wire size, held in the byte budget until it is forwarded
 
 
-class TokenBucket:
-    """A rate limit in spans per second with a burst of one second's worth."""
-
-    def __init__(self, rate: float, clock: Callable[[], float]) -> None:
-        self.rate = rate
-        self.tokens = rate
-        self._clock = clock
-        self._last = clock()
-
-    def take(self, n: int) -> int:
-        """Take up to ``n`` tokens; return how many were granted."""
-        now = self._clock()
-        self.tokens = min(self.rate, self.tokens + (now - self._last) * self.rate)
-        self._last = now
-        granted = int(min(n, self.tokens))
-        self.tokens -= granted
-        return granted
-
-
 def retrace(span: bytes, new_trace: bytes) -> bytes:
     """A span encoded by this package (trace_id first: tag, length 16, 16 bytes) moved to another trace.
 
@@ -171,6 +154,7 @@ class TraceAssembler:
         link_mode: str = "links",
         max_app_requests: int = 10_000,
         budget: ByteBudget | None = None,
+        rate_clock: str = "wall",
     ) -> None:
         self.node = node
         self.stats = stats
@@ -185,6 +169,7 @@ class TraceAssembler:
         self.receiving = False  # set when the node's receiver runs: roots then wait for application spans
         self._clock = clock
         self._bucket = TokenBucket(max_spans_per_second, clock)
+        self._trace_budget = TraceTimeBudget(max_spans_per_second) if rate_clock == "trace" else None
         self._encoder = SpanEncoder()
         self._open: OrderedDict[bytes, _Trace] = OrderedDict()
         self._closed: OrderedDict[bytes, tuple[int, int]] = OrderedDict()  # late kernels: (exported, total)
@@ -287,7 +272,8 @@ class TraceAssembler:
         bounds = np.cumsum(np.bincount(codes, minlength=len(enc.dictionary))).tolist()
         fam_names, fam_codes = np.unique(families(b.column("name"), b.column("kind")).astype(str), return_inverse=True)
         fam_codes = fam_codes.reshape(-1)
-        dur = (b.column("end_ns").to_numpy() - b.column("start_ns").to_numpy()).astype(np.int64)
+        start = b.column("start_ns").to_numpy()
+        dur = (b.column("end_ns").to_numpy() - start).astype(np.int64)
         keep = np.zeros(b.num_rows, dtype=bool)
         lo = 0
         for tid_hex, hi in zip(enc.dictionary.to_pylist(), bounds, strict=True):
@@ -304,8 +290,13 @@ class TraceAssembler:
                 room = max(0, self.per_trace - t.exported)
             n = rows.size
             by_trace = min(n, room)
-            granted = self._bucket.take(by_trace)
-            keep[rows[:granted]] = True
+            if self._trace_budget is not None:
+                ok = self._trace_budget.grant(start[rows[:by_trace]])
+                keep[rows[:by_trace][ok]] = True
+                granted = int(ok.sum())
+            else:
+                granted = self._bucket.take(by_trace)
+                keep[rows[:granted]] = True
             if by_trace < n:
                 self.stats.inc(SPANS_SUMMARIZED, n - by_trace, reason="trace_budget")
             if granted < by_trace:

@@ -66,6 +66,11 @@ class OtlpConfig(ExporterSettings):
     max_spans_per_second: PositiveFloat = Field(
         50_000.0, description="Node-wide kernel span budget; beyond it kernels are summarised on their root span."
     )
+    rate_clock: Literal["wall", "trace"] = Field(
+        "wall",
+        description="The clock of max_spans_per_second: wall, the agent's (a live node); trace, the kernels' own start "
+        "times, so that a replay sends the same spans however fast the machine reads it (aaco replay sets it).",
+    )
     trace_window_s: PositiveFloat = Field(
         2.0, description="How long a trace's root span waits for more kernels before it is sent with its summary."
     )

@@ -68,6 +68,7 @@ class OtlpTraceExporter(Exporter):
             link_window_s=link_window_s,
             link_mode=link_mode,
             budget=self.budget,
+            rate_clock=config.rate_clock,
         )
         self.assembler.receiving = receiving  # the node's receiver runs: roots wait for application spans
         self._assembly_lock = threading.Lock()

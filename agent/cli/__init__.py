@@ -91,7 +91,7 @@ def _root(
     """AACO: GPU observability agent."""
 
 
-app.command()(run.run)
+app.command(epilog=run.RUN_EPILOG)(run.run)
 app.command(epilog=run.REPLAY_EPILOG)(run.replay)
 app.command(epilog=run.AGENT_EPILOG)(run.agent)
 app.command()(capture.capture)

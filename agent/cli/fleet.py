@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from aaco.agent.cli.common import AsJson, fail, out_console, table
+from aaco.agent.cli.common import AsJson, fail, out_console, print_note, table
 
 fleet_app = typer.Typer(
     help="Query the lake of a fleet of nodes (per node, per model, outliers).", no_args_is_help=True
@@ -54,6 +54,9 @@ def _print(
         typer.echo(json.dumps(rows, default=str))
         return
     items = rows["nodes"] if isinstance(rows, dict) else rows
+    if not items:
+        print_note(f"{title}: nothing in the lake (for the time asked)")
+        return
     out = table(
         *(c for c, _ in columns),
         right={c for c, k in columns if k not in _TEXT and k not in text},
@@ -172,7 +175,10 @@ def outliers(lake: LakeUrl, since: Since = None, as_json: AsJson = False) -> Non
     """Nodes whose p95 latency for a model sits far from the fleet's (modified z-score, docs/fleet.md)."""
     from aaco.agent.fleet import queries
 
-    rows = _query(lake, since, queries.outliers)
+    rows, scope = _query(lake, since, lambda con: (queries.outliers(con), queries.outlier_scope(con)))
+    if not rows and not as_json:
+        print_note(_no_outliers(scope, queries.MIN_NODES))
+        return
     cols = [
         ("model", "model"),
         ("node", "node"),
@@ -182,3 +188,17 @@ def outliers(lake: LakeUrl, since: Since = None, as_json: AsJson = False) -> Non
         ("nodes", "nodes"),
     ]
     _print(rows, as_json, cols, "outliers")
+
+
+def _no_outliers(scope: dict[str, int], min_nodes: int) -> str:
+    """Why ``fleet outliers`` found none: no latency at all, too few nodes per model, or every node near the fleet."""
+    if not scope:
+        return "no outliers: no model has iterations (latency) in the lake"
+    judged = {m: n for m, n in scope.items() if n >= min_nodes}
+    few = ", ".join(f"{m} on {n} node(s)" for m, n in scope.items() if n < min_nodes)
+    if not judged:
+        return f"no outliers: too few nodes to compare ({min_nodes} needed per model): {few}"
+    nodes = ", ".join(f"{m} on {n} nodes" for m, n in judged.items())
+    return f"no outliers: every node's p95 is near the fleet's ({nodes})" + (
+        f"; too few nodes to compare {few}" if few else ""
+    )

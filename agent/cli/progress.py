@@ -1,8 +1,8 @@
 """Progress of long commands on stderr: bars at a terminal, a few plain lines when piped, or nothing.
 
-A terminal gets rich's live bars (cleared when done); a pipe or a log file gets one line when a task
-starts, one at most every ``PLAIN_EVERY_S`` while it runs, and one when it ends, so a CI log shows
-that work is moving without a line per step.
+A terminal gets rich's live bars (cleared when done); a pipe or a log file gets a line every
+``PLAIN_EVERY_S`` while a task runs and one when it ends (none for a task shorter than that), so a CI
+log shows that long work is moving without a line per step.
 """
 
 from __future__ import annotations
@@ -59,12 +59,15 @@ class RichProgress:
 
 
 class PlainProgress:
-    """Progress as plain lines on stderr: a task's start, every ``every_s`` while it moves, its end."""
+    """Progress as plain lines on stderr, for work that lasts: every ``every_s`` while a task moves, then its end.
+
+    A task over within ``every_s`` prints nothing.
+    """
 
     def __init__(self, every_s: float = PLAIN_EVERY_S) -> None:
         self._every_s = every_s
         self._lock = threading.Lock()
-        self._tasks: dict[str, list[float]] = {}  # task -> [done, total (-1: unknown), started, last printed]
+        self._tasks: dict[str, _Task] = {}
 
     def __enter__(self) -> PlainProgress:
         return self
@@ -73,37 +76,44 @@ class PlainProgress:
         return None
 
     def start(self, task: str, total: int | None) -> None:
-        """Say a task began."""
-        now = time.monotonic()
+        """Note when a task began."""
         with self._lock:
-            self._tasks[task] = [0, -1 if total is None else total, now, now]
-        print_note(f"{task}: {self._count(0, total)}")
+            self._tasks[task] = _Task(total, time.monotonic())
 
     def advance(self, task: str, steps: int = 1) -> None:
-        """Count steps; say where the task is if the last line is ``every_s`` old."""
+        """Count steps; say where the task is if it has run ``every_s`` since the last line (or its start)."""
         now = time.monotonic()
         with self._lock:
             state = self._tasks.get(task)
             if state is None:
                 return
-            state[0] += steps
-            if now - state[3] < self._every_s:
+            state.done += steps
+            if now - state.said < self._every_s:
                 return
-            state[3] = now
-            line = f"{task}: {self._count(state[0], state[1])}"
+            state.said, state.lines = now, state.lines + 1
+            line = f"{task}: {state.count()} ({now - state.started:.0f} s)"
         print_note(line)
 
     def finish(self, task: str) -> None:
-        """Say a task ended, with its count and time."""
+        """Say a task ended, with its count and time, if anything was said of it before."""
         with self._lock:
             state = self._tasks.pop(task, None)
-        if state is not None:
-            done, total, started, _ = state
-            print_note(f"{task}: {self._count(done, total)}, done in {time.monotonic() - started:.1f} s")
+        if state is not None and state.lines:
+            print_note(f"{task}: {state.count()}, done in {time.monotonic() - state.started:.1f} s")
 
-    @staticmethod
-    def _count(done: float, total: float | None) -> str:
-        return f"{int(done)}/{int(total)}" if total is not None and total >= 0 else f"{int(done)}"
+
+class _Task:
+    """A task's count, its total (None: unknown), when it started, when it was last said, how often."""
+
+    def __init__(self, total: int | None, started: float) -> None:
+        self.done = 0
+        self.total = total
+        self.started = started
+        self.said = started
+        self.lines = 0
+
+    def count(self) -> str:
+        return f"{self.done}/{self.total}" if self.total is not None else str(self.done)
 
 
 def progress_for(enabled: bool) -> RichProgress | PlainProgress | None:

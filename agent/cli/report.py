@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from aaco.agent.cli.common import print_error, print_warning, table
+from aaco.agent.cli.common import print_error, print_note, print_warning, table
 from aaco.contract.stats import EVENTS_DROPPED, Stats
 
 if TYPE_CHECKING:
@@ -27,6 +27,7 @@ WHY = {
     "export_failed": "the export failed",
     "shutdown": "not sent within pipeline.shutdown_timeout_s",
 }
+ALREADY = "already_ingested"  # the reason of a file skipped because the lake holds it
 MAX_WARNINGS = 20  # input warnings printed after a run; the rest are counted (all are in the log)
 
 
@@ -45,6 +46,49 @@ def report_lost(stats: Stats) -> bool:
     return bool(lost)
 
 
+def report_summarised(stats: Stats, rate_clock: str) -> None:
+    """Say how many kernel spans went out over OTLP and how many were summarised on their root spans, and why."""
+    from aaco.exporters.otlp_assembly import SPANS_EXPORTED, SPANS_SUMMARIZED
+
+    by_trace = int(stats.get(SPANS_SUMMARIZED, reason="trace_budget"))
+    by_rate = int(stats.get(SPANS_SUMMARIZED, reason="rate_budget"))
+    sent = int(stats.get(SPANS_EXPORTED, kind="kernel"))
+    if not (by_trace or by_rate):
+        return
+    clock = "of the kernels' own time" if rate_clock == "trace" else "of the agent's clock"
+    why = [f"{by_trace} beyond exporters.otlp.max_kernel_spans_per_trace"] if by_trace else []
+    why += [f"{by_rate} beyond exporters.otlp.max_spans_per_second ({clock})"] if by_rate else []
+    print_note(
+        f"kernel spans: {sent} sent, {by_trace + by_rate} summarised on their root spans (counted, not sent): "
+        + "; ".join(why)
+    )
+
+
+def unshipped(service: AgentService) -> tuple[int, int, str | None]:
+    """The lake's parts and bytes left unshipped to its object store at shutdown, and why (0, 0 when none)."""
+    from aaco.exporters.lake import LakeExporter
+
+    for exporter in service.exporters:
+        if isinstance(exporter, LakeExporter) and (left := exporter.unshipped()) is not None:
+            return left
+    return 0, 0, None
+
+
+def report_unshipped(service: AgentService) -> bool:
+    """Say which lake parts did not reach the object store, why, and how they will; True if any."""
+    parts, size, why = unshipped(service)
+    if not parts:
+        return False
+    lake = service.config.exporters.lake
+    print_error(
+        f"{parts} lake part(s) ({size} bytes) not shipped to {lake.remote}"
+        + (f": {why}" if why else "")
+        + f"; they stay in {lake.path.resolve()} and ship the next time AACO runs with this lake and store "
+        "(the same command again, or aaco agent with the same exporters.lake.path and --lake URL)"
+    )
+    return True
+
+
 def report_problems(service: AgentService) -> bool:
     """Print the input problems of a run; True (exit 2) if a file could not be read completely.
 
@@ -52,7 +96,7 @@ def report_problems(service: AgentService) -> bool:
     """
     from aaco.agent.sources.ingest import DAMAGED
 
-    problems = service.problems
+    problems = [p for p in service.problems if p.reason != ALREADY]  # said once, by the command, with their count
     errors = [p for p in problems if p.fatal or p.reason in DAMAGED]
     for p in errors:
         print_error(f"{p.subject}: {p.message}")
@@ -62,6 +106,13 @@ def report_problems(service: AgentService) -> bool:
     if len(warnings) > MAX_WARNINGS:
         print_warning(f"... and {len(warnings) - MAX_WARNINGS} more (see the log)")
     return bool(errors)
+
+
+def files_read(service: AgentService, source: str) -> tuple[int, int, int]:
+    """(files read, rows they gave, files skipped as already in the lake) by ``source``."""
+    records = [r for r in service.journal.records if r.source == source]
+    already = sum(1 for p in service.problems if p.source == source and p.reason == ALREADY)
+    return len(records), sum(sum(r.events.values()) for r in records), already
 
 
 def _fmt(v: float | None, scale: float = 1.0, digits: int = 3) -> str:

@@ -25,10 +25,16 @@ from aaco.agent.cli.runner import return_large_buffers, run_service, use_system_
 from aaco.contract.errors import AacoError
 
 REPLAY_EPILOG = (
-    "Exit status: 0 when every file was read and everything asked for was sent; 2 bad usage or damaged "
-    "input (a file that could not be read completely: its events read so far are kept); 3 spans or metrics it was "
-    "asked to send over OTLP were dropped (upstream down or refusing, queue or byte budget full, shutdown "
-    "deadline), said with how many and why. With both damaged input and lost data, 2 (both are said)."
+    "Exit status: 0 when every file was read and everything asked for was sent; 2 bad usage, an unwritable lake or "
+    "damaged input (a file that could not be read completely: its events read so far are kept); 3 spans or metrics "
+    "it was asked to send over OTLP were dropped (upstream down or refusing, queue or byte budget full, shutdown "
+    "deadline), or lake parts did not reach the object store of --out s3://..., said with how many and why. With "
+    "both damaged input and lost data, 2 (both are said)."
+)
+RUN_EPILOG = (
+    "Exit status: 0 when the model ran and everything asked for was sent; 2 bad usage, a model that cannot be "
+    "loaded or an unwritable lake; 3 spans or metrics for --otlp-endpoint were dropped, or lake parts did not reach "
+    "the object store of --out s3://..., said with how many and why."
 )
 AGENT_EPILOG = (
     "Exit status: 0 once stopped by SIGTERM/SIGINT, bad input met or not (each bad file is counted in "
@@ -66,10 +72,22 @@ def lake_override(out: str) -> dict[str, Any]:
 
 
 def lake_where(service: Any) -> str:
-    """Where the lake went, for the closing line: the directory, and the store it ships to."""
+    """Where the lake went, for the closing line: the directory, and the store it ships to (or what did not)."""
+    from aaco.agent.cli.report import unshipped
+
     lake = service.config.exporters.lake
     where = str(lake.path.resolve())
-    return f"{where} (shipped to {lake.remote})" if lake.remote else where
+    if not lake.remote:
+        return where
+    parts = unshipped(service)[0]
+    return f"{where} ({parts} part(s) NOT shipped to {lake.remote})" if parts else f"{where} (shipped to {lake.remote})"
+
+
+def undelivered(service: Any) -> bool:
+    """True when spans, metrics or lake parts the run was asked to send did not get there (exit 3)."""
+    from aaco.agent.cli.report import lost_exports, unshipped
+
+    return bool(lost_exports(service.stats)) or unshipped(service)[0] > 0
 
 
 def exporter_overrides(
@@ -78,15 +96,18 @@ def exporter_overrides(
     otlp_endpoint: str | None,
     serve: bool = False,
     node: str | None = None,
+    replay: bool = False,
 ) -> dict[str, Any]:
     """The sections that the options of ``aaco run`` and ``aaco replay`` override."""
-    ex: dict[str, Any] = {"prometheus": {"enabled": metrics_port is not None or serve}}
+    ex: dict[str, Any] = {"prometheus": {"enabled": metrics_port is not None or serve}, "otlp": {}}
     if metrics_port is not None:
         ex["prometheus"]["port"] = metrics_port
     if out is not None:
         ex["lake"] = lake_override(out)
     if otlp_endpoint:
-        ex["otlp"] = {"endpoint": otlp_endpoint}
+        ex["otlp"]["endpoint"] = otlp_endpoint
+    if replay:  # the span rate budget on the trace's own clock: the same spans however fast the machine reads
+        ex["otlp"]["rate_clock"] = "trace"
     return {"exporters": ex, **({"node": node} if node else {})}
 
 
@@ -118,7 +139,7 @@ def run(
 ) -> None:
     """Run an ONNX model under ONNX Runtime with profiling, analyse it, write the lake, print a summary."""
     setup_logging(log_level)
-    from aaco.agent.cli.report import summary_table
+    from aaco.agent.cli.report import report_summarised, summary_table
     from aaco.agent.sources.ort.models import load_model, resolve_model
     from aaco.agent.sources.ort.session import resolve_provider
 
@@ -140,7 +161,10 @@ def run(
     config = load_config_or_exit(None, {"sources": [source], **overrides})
     service = run_service(config, progress=not no_progress, stop_when_done=True)
     out_console.print(summary_table(service))
+    report_summarised(service.stats, service.config.exporters.otlp.rate_clock)
     out_console.print(f"lake: {lake_where(service)}", highlight=False)
+    if undelivered(service):
+        raise typer.Exit(3)
 
 
 def replay(
@@ -183,7 +207,7 @@ def replay(
 ) -> None:
     """Push trace files through the pipeline: lake, analysis, metrics and traces as if live."""
     setup_logging(log_level)
-    from aaco.agent.cli.report import lost_exports, summary_table
+    from aaco.agent.cli.report import files_read, report_summarised, summary_table
     from aaco.agent.sources.traces.detect import recognise
     from aaco.agent.sources.traces.files import expand
 
@@ -208,7 +232,7 @@ def replay(
         "clock_offset_ns": clock_offset,
     }
     config = load_config_or_exit(
-        None, {"sources": [source], **exporter_overrides(out, metrics_port, otlp_endpoint, serve, node)}
+        None, {"sources": [source], **exporter_overrides(out, metrics_port, otlp_endpoint, serve, node, replay=True)}
     )
     extra = []
     if perfetto is not None:
@@ -219,10 +243,18 @@ def replay(
     service = run_service(config, progress=not no_progress, stop_when_done=not serve, extra_exporters=extra)
     if perfetto is not None:
         print_note(f"perfetto trace: {perfetto.resolve()} (open it in https://ui.perfetto.dev)")
-    if not serve:
-        out_console.print(summary_table(service))
-    print_note(f"replayed {len(files)} file(s) into {lake_where(service)}")
-    if lost_exports(service.stats):
+    read, rows, already = files_read(service, "replay")
+    summary = summary_table(service)
+    if not serve and summary.rows:
+        out_console.print(summary)
+    elif not serve and read:
+        print_note("nothing to summarise: no kernels, launches or iterations in what was read")
+    if already:
+        new_rows = "" if read else ", 0 new rows"
+        print_note(f"already in the lake: {already} file(s){new_rows}; --force to read again")
+    report_summarised(service.stats, service.config.exporters.otlp.rate_clock)
+    print_note(f"replayed {read} file(s), {rows} rows, into {lake_where(service)}")
+    if undelivered(service):
         raise typer.Exit(3)
 
 

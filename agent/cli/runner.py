@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import importlib.abc
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -18,8 +19,11 @@ import typer
 
 from aaco.agent.cli.common import fail
 from aaco.agent.cli.progress import progress_for
-from aaco.agent.cli.report import report_lost, report_problems
+from aaco.agent.cli.report import report_lost, report_problems, report_unshipped
 from aaco.contract.errors import AacoError
+
+# aaco.agent.sources.base.input_log, aaco.exporters.lake_ship.left_log (named here: imported with the service)
+QUIETED = ("aaco.sources.input", "aaco.exporters.lake.unshipped")
 
 if TYPE_CHECKING:  # the service and its sources cost ~0.8 s to import: imported when a command runs one
     from aaco.agent.config import AgentConfig
@@ -107,6 +111,9 @@ def run_service(
     from aaco.agent.service import AgentService
 
     keep_pandas_out()
+    if report_input:  # input problems and unshipped parts are printed when the run ends: not also as met
+        for name in QUIETED:
+            logging.getLogger(name).setLevel(logging.ERROR)
     bars = progress_for(progress)
     service = AgentService(config, progress=bars, extra_exporters=extra_exporters)
     try:
@@ -118,6 +125,7 @@ def run_service(
     if report_input:
         damaged = report_problems(service)
         report_lost(service.stats)
+        report_unshipped(service)
         if damaged:
             raise typer.Exit(2)
     return service

@@ -48,16 +48,15 @@ class FitTable:
 
     def widths(self, width: int) -> list[int] | None:
         """Each column's width to fit ``width`` without breaking a number or a word; None if it cannot."""
-        fixed, low, high = [], [], []
+        low: list[int] = []
+        high: list[int] = []
         for i, name in enumerate(self.columns):
             cells = [row[i] for row in self.rows]
             if name in self.right:  # a number: its whole width; the header may wrap between words
                 w = max([len(c) for c in cells] + [_longest_word(name)])
-                fixed.append(w)
                 low.append(w)
-                high.append(w)
+                high.append(max(w, len(name)))
             else:
-                fixed.append(0)
                 low.append(max([_longest_word(c) for c in cells] + [_longest_word(name), 1]))
                 high.append(max([len(c) for c in cells] + [len(name)]))
         room = width - GAP * (len(self.columns) - 1)
@@ -65,15 +64,10 @@ class FitTable:
             return None
         out = list(low)
         spare = room - sum(low)
-        while spare > 0:  # widen the text columns still short of their longest cell, one column at a time
-            short = [i for i in range(len(out)) if out[i] < high[i]]
-            if not short:
-                break
-            for i in short:
-                if spare == 0:
-                    break
-                out[i] += 1
-                spare -= 1
+        for i in sorted(range(len(out)), key=lambda i: high[i] - low[i]):  # the nearest to whole first
+            grow = min(spare, high[i] - out[i])
+            out[i] += grow
+            spare -= grow
         return out
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -98,7 +92,8 @@ class FitTable:
         )
         for name, w in zip(self.columns, widths, strict=True):
             numeric = name in self.right
-            out.add_column(name, justify="right" if numeric else "left", width=w, no_wrap=numeric, overflow="fold")
+            # every cell of a numeric column fits its width whole; only its header may wrap, between words
+            out.add_column(name, justify="right" if numeric else "left", width=w, overflow="fold")
         for row, style in zip(self.rows, self.styles, strict=True):
             out.add_row(*row, style=style)
         return out

@@ -11,6 +11,7 @@ kinds. The ``versions`` dataset (what software each node ran) is opened beside t
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from dataclasses import dataclass
@@ -23,17 +24,13 @@ import pyarrow.fs as pafs
 from aaco.contract import versions
 from aaco.contract.errors import AacoError
 from aaco.contract.schemas import SCHEMAS, TIME_COLUMN
-from aaco.contract.stores import Store, StoreError, open_store
+from aaco.contract.stores import Store, StoreError, explain, open_store
 
 KINDS = ("kernels", "iterations", "telemetry")
 TABLES = (*KINDS, versions.KIND)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 _PART = re.compile(r"date=[^/]+/node=[^/]+/part-[^/]+\.parquet")
-_AWS_CODE = re.compile(r"AWS Error ([A-Z_]+)")
-_UNREACHABLE = ("NETWORK_CONNECTION", "Could not connect", "Couldn't resolve", "Connection refused")
-_REFUSED = ("ACCESS_DENIED", "INVALID_ACCESS_KEY_ID", "SIGNATURE_DOES_NOT_MATCH", "EXPIRED_TOKEN", "UNAUTHORIZED")
-_CREDENTIALS_HINT = "check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or the node's role, and the bucket's policy"
 
 
 class FleetError(AacoError):
@@ -61,17 +58,10 @@ def _schema(kind: str) -> pa.Schema:
 
 def store_error(url: str, exc: OSError) -> FleetError:
     """A store's failure as one line naming the lake and the fix (unreachable, refused, or as it said)."""
-    text = str(exc)
-    found = _AWS_CODE.search(text)
-    code = f" ({found.group(1)})" if found else ""
-    if any(s in text for s in _UNREACHABLE):
-        return FleetError(
-            f"{url}: cannot reach the store{code}",
-            hint="check AWS_ENDPOINT_URL (or AWS_ENDPOINT_URL_S3) and that the store is up",
-        )
-    if any(s in text for s in _REFUSED):
-        return FleetError(f"{url}: the store refused the credentials{code}", hint=_CREDENTIALS_HINT)
-    return FleetError(f"{url}: cannot read the lake: {text}", hint="check the URL and the store's settings")
+    what, hint = explain(exc)
+    if what == str(exc):
+        return FleetError(f"{url}: cannot read the lake: {what}", hint=hint)
+    return FleetError(f"{url}: {what}", hint=hint)
 
 
 def list_parts(store: Store, kind: str) -> list[str]:
@@ -83,6 +73,26 @@ def list_parts(store: Store, kind: str) -> list[str]:
         for i in infos
         if i.type == pafs.FileType.File and i.path.startswith(base + "/") and _PART.fullmatch(i.path[len(base) + 1 :])
     )
+
+
+def _lakes(store: Store) -> list[tuple[Store, dict[str, list[str]]]]:
+    """The lake at ``store``'s base, or else the lakes one level below it (a folder of nodes' lakes), with their parts.
+
+    Only lakes holding a kernels, iterations or telemetry part count; none found is an empty list.
+    """
+    parts = {kind: list_parts(store, kind) for kind in TABLES}
+    if any(parts[kind] for kind in KINDS):
+        return [(store, parts)]
+    infos = store.fs.get_file_info(pafs.FileSelector(store.base, recursive=False, allow_not_found=True))
+    out = []
+    for info in sorted(infos, key=lambda i: i.path):
+        if info.type != pafs.FileType.Directory:
+            continue
+        sub = dataclasses.replace(store, base=info.path.rstrip("/"))
+        sub_parts = {kind: list_parts(sub, kind) for kind in TABLES}
+        if any(sub_parts[kind] for kind in KINDS):
+            out.append((sub, sub_parts))
+    return out
 
 
 def _check_root(store: Store, found_any: bool) -> None:
@@ -98,7 +108,10 @@ def _check_root(store: Store, found_any: bool) -> None:
             )
     if not found_any:
         where = store.url if store.remote else store.base
-        raise FleetError(f"{where}: no kernels, iterations or telemetry parts: not a lake", subject="--lake")
+        raise FleetError(
+            f"{where}: no kernels, iterations or telemetry parts, here or in the folders one level down: not a lake",
+            subject="--lake",
+        )
 
 
 @dataclass
@@ -110,7 +123,10 @@ class FleetLake:
 
     @classmethod
     def open(cls, url: str) -> FleetLake:
-        """Open the lake at ``url`` (a directory, ``file://``, ``s3://``, ``gs://``, ``abfs://``).
+        """Open the lake at ``url`` (a directory, ``file://``, ``s3://``, ``gs://``, ``abfs://``), or the lakes in it.
+
+        A location that holds no parts itself but folders that are lakes (``lakes/node-a/``, ``lakes/node-b/``)
+        is read as one lake of all of them.
 
         An error names the URL and the fix when the store cannot be reached or refuses the
         credentials, the directory or bucket does not exist, or it holds no event part.
@@ -120,24 +136,28 @@ class FleetLake:
         except StoreError as exc:
             raise FleetError(exc.message, subject="--lake", hint=exc.hint) from exc
         try:
-            parts = {kind: list_parts(store, kind) for kind in TABLES}
-            _check_root(store, any(parts[kind] for kind in KINDS))
+            lakes = _lakes(store)
+            _check_root(store, bool(lakes))
         except OSError as exc:
             raise store_error(url, exc) from exc
         tables: dict[str, ds.Dataset | pa.Table] = {}
-        for kind, paths in parts.items():
-            tables[kind] = (
+        for kind in TABLES:
+            found = [
                 ds.dataset(
-                    paths,
+                    parts[kind],
                     schema=_schema(kind),
                     format="parquet",
                     filesystem=store.fs,
                     partitioning=ds.partitioning(_PARTITIONS, flavor="hive"),
-                    partition_base_dir=store.key(kind),
+                    partition_base_dir=lake.key(kind),
                 )
-                if paths
-                else _schema(kind).empty_table()
-            )
+                for lake, parts in lakes
+                if parts[kind]
+            ]
+            if not found:
+                tables[kind] = _schema(kind).empty_table()
+            else:
+                tables[kind] = found[0] if len(found) == 1 else ds.dataset(found)
         return cls(url, tables)
 
     def connect(self, since_ns: int | None = None) -> duckdb.DuckDBPyConnection:

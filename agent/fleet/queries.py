@@ -135,6 +135,20 @@ def _top_families(rows: list[dict[str, Any]], by_model: bool, n: int = TOP_FAMIL
     return out
 
 
+def _p95_by_model(con: duckdb.DuckDBPyConnection) -> dict[str, list[dict[str, Any]]]:
+    """The rows of ``models`` that have a p95 latency, per model."""
+    by_model: dict[str, list[dict[str, Any]]] = {}
+    for row in models(con):
+        if row["p95_s"] is not None:
+            by_model.setdefault(row["model"], []).append(row)
+    return by_model
+
+
+def outlier_scope(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """Per model with a p95 latency, on how many nodes it ran: ``outliers`` judges those on ``MIN_NODES`` or more."""
+    return {model: len(rows) for model, rows in sorted(_p95_by_model(con).items())}
+
+
 def outliers(con: duckdb.DuckDBPyConnection, z: float = OUTLIER_Z) -> list[dict[str, Any]]:
     """Per model, the nodes whose p95 latency sits far from the fleet's (modified z-score over nodes).
 
@@ -142,12 +156,8 @@ def outliers(con: duckdb.DuckDBPyConnection, z: float = OUTLIER_Z) -> list[dict[
     ``0.6745 * (p95 - median) / MAD``; beyond ``z`` the node is an outlier. With MAD = 0 (most nodes
     equal) any node off the median by more than 10 % of it is. The rule is in docs/fleet.md.
     """
-    by_model: dict[str, list[dict[str, Any]]] = {}
-    for row in models(con):
-        if row["p95_s"] is not None:
-            by_model.setdefault(row["model"], []).append(row)
     out = []
-    for model, rows in sorted(by_model.items()):
+    for model, rows in sorted(_p95_by_model(con).items()):
         if len(rows) < MIN_NODES:
             continue
         p95 = [r["p95_s"] for r in rows]

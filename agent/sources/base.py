@@ -32,7 +32,9 @@ from aaco.contract.ledger import Ledger, Range
 from aaco.contract.schemas import TIME_COLUMN, EventBatch, SchemaError, conform
 from aaco.contract.stats import SOURCE_ERRORS, SOURCE_FILES, SOURCE_LAG, Stats
 
-log = logging.getLogger("aaco.sources")
+# Bad input as it is met. The commands that print every problem when they end (aaco run, aaco replay)
+# quiet this logger so that none is said twice.
+input_log = logging.getLogger("aaco.sources.input")
 
 
 class Progress(Protocol):
@@ -106,7 +108,7 @@ class Journal:
                 self._logged.add(key)
             self.problems.append(p)
         if first:
-            log.warning("%s: %s: %s", p.source, p.subject, p.message)
+            input_log.warning("%s: %s: %s", p.source, p.subject, p.message)
 
     def record(self, rec: SourceRecord) -> None:
         """Remember what was read."""

@@ -65,8 +65,8 @@ def rocprofv3_csv(samples: Path, path: Path, n: int) -> tuple[int, int]:
     return n, total
 
 
-def kineto(samples: Path, path: Path, kernels: int, per_step: int = 1000) -> tuple[int, int]:
-    """A Kineto trace of ``kernels`` kernels in ProfilerSteps; returns (kernels, summed duration ns)."""
+def kineto(samples: Path, path: Path, kernels: int, per_step: int = 1000, gap_us: int = 20) -> tuple[int, int]:
+    """A Kineto trace of ``kernels`` kernels, one every ``gap_us``, in ProfilerSteps; returns (kernels, summed ns)."""
     names = [
         e["name"]
         for e in json.loads(gzip.decompress((samples / "kineto" / "a100_alexnet_trace.json.gz").read_bytes()))[
@@ -79,7 +79,7 @@ def kineto(samples: Path, path: Path, kernels: int, per_step: int = 1000) -> tup
     total = 0
     for k in range(kernels):
         step, j = divmod(k, per_step)
-        ts = t0 + step * (per_step * 20 + 100) + j * 20
+        ts = t0 + step * (per_step * gap_us + 100) + j * gap_us
         if j == 0:
             events.append(
                 {
@@ -89,7 +89,7 @@ def kineto(samples: Path, path: Path, kernels: int, per_step: int = 1000) -> tup
                     "pid": pid,
                     "tid": tid,
                     "ts": ts - 1,
-                    "dur": per_step * 20 + 50,
+                    "dur": per_step * gap_us + 50,
                     "args": {"External id": step},
                 }
             )

@@ -72,6 +72,16 @@ SOURCE_ERRORS: Final = define(
     "unreadable, parser_error and io_error.",
     ("source", "reason"),
 )
+TRACE_EVENTS_UNRECOGNISED: Final = define(
+    "aaco.agent.trace.events.unrecognised",
+    "aaco_trace_events_unrecognised",
+    "counter",
+    "{event}",
+    "Events of a trace file that look like GPU work (on a GPU lane or stream, or naming a device) but are of a "
+    "category its reader does not know, so were not read; by source and trace format. Each such file is also "
+    "named once in the log with the categories seen.",
+    ("source", "format"),
+)
 SOURCE_LAG: Final = define(
     "aaco.agent.source.lag",
     "aaco_source_lag_seconds",

@@ -39,6 +39,7 @@ from aaco.contract.clock import ClockOffset
 from aaco.contract.errors import TraceFormatError
 from aaco.contract.files import make_dirs, open_private
 from aaco.contract.ledger import Ledger
+from aaco.contract.stats import TRACE_EVENTS_UNRECOGNISED
 
 log = logging.getLogger("aaco.sources.ingest")
 
@@ -47,6 +48,7 @@ QUARANTINE_TOTAL_BYTES = 64 << 20  # per source
 QUARANTINE_COPY_BYTES = 16 << 20  # whole unreadable files copied up to this size
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+MAX_CATEGORIES = 8  # categories named in the warning about unrecognised events
 MESSAGE_CHARS = 300  # an exception's text kept in a problem (a parser's exception can quote a whole line)
 # Skipped reasons that mean the file itself is damaged (not a bad value in a good file): the events
 # around the damage are kept, the file is incomplete. Reason -> what the problem says.
@@ -196,6 +198,7 @@ def ingest_file(
         done = ctx.ledger.register(key, chunks, chunks, {**info, "chunks": chunks})
         done.seal()
     _report_skipped(ctx, source, tf.path, seen, out, quarantine)
+    report_unrecognised(ctx, source, os.fspath(tf.path), seen.fmt, seen.unrecognised, out.kernels)
     counts = {"kernels": out.kernels, "iterations": out.iterations}
     clock = seen.clock.to_dict() if seen.clock else None
     ctx.record(SourceRecord(source, subject, seen.fmt, counts, clock, dict(seen.skipped), seen.devices))
@@ -224,6 +227,7 @@ class _Seen:
         self.devices: dict[str, dict] = {}
         self.shown = False  # the parser listed bad rows (their lines are in the quarantine)
         self.first_at: dict[str, int] = {}  # the smallest byte offset of a bad row, by reason
+        self.unrecognised: Counter[str] = Counter()  # GPU-looking events of unknown categories
 
     def add(self, parsed: ParsedTrace) -> None:
         """Take in one chunk."""
@@ -231,6 +235,7 @@ class _Seen:
         self.clock = self.clock or parsed.clock
         self.fmt = parsed.format
         self.devices.update(parsed.devices)
+        self.unrecognised += parsed.unrecognised
         self.shown = self.shown or bool(parsed.bad_rows)
         first_offsets(parsed.bad_rows, self.first_at)
 
@@ -252,6 +257,26 @@ def _report_skipped(
             message = f"skipped {count} bad row(s)/event(s): {reason}" + (f", the first{at}" if at else "")
         ctx.problem(source, os.fspath(path), reason, message, fatal=False, count=count)
     out.skipped = sum(seen.skipped.values())
+
+
+def report_unrecognised(
+    ctx: SourceContext, source: str, subject: str, fmt: str, counts: Counter[str], kernels: int
+) -> None:
+    """GPU-looking events of categories the reader does not know: counted, and named once for the file.
+
+    Counted in ``aaco_trace_events_unrecognised_total{source,format}``; the warning names the
+    categories and their counts, and says so when they were all the GPU work the file held.
+    """
+    total = sum(counts.values())
+    if not total:
+        return
+    ctx.stats.inc(TRACE_EVENTS_UNRECOGNISED, total, source=source, format=fmt)
+    what = f"{total} event(s) that look like GPU work are of categories the {fmt} reader does not know"
+    seen = ", ".join(f"{cat} ({n})" for cat, n in counts.most_common(MAX_CATEGORIES))
+    if len(counts) > MAX_CATEGORIES:
+        seen += f" and {len(counts) - MAX_CATEGORIES} more"
+    lead = "no GPU work read: " if kernels == 0 else "not read: "
+    ctx.problem(source, subject, "unrecognised_events", f"{lead}{what}: {seen}", fatal=False)
 
 
 def first_offsets(bad: list[BadRow], into: dict[str, int]) -> dict[str, int]:

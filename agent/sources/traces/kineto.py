@@ -1,18 +1,22 @@
 """Kineto (PyTorch profiler) Chrome-trace JSON, from CUDA (CUPTI) and ROCm (roctracer) builds alike.
 
+Categories are read without case, in both of Kineto's schemas (``kineto_categories``: PyTorch 1.8
+to 1.10 wrote ``Kernel``, ``Memcpy``, ``Memset``, ``Runtime``, ``Operator``); events of other
+categories that look like GPU work are counted on ``ParsedTrace.unrecognised``.
+
 - GPU work: ``cat`` ``kernel``, ``gpu_memcpy``, ``gpu_memset`` (complete events, ``ph: X``). Their
-  ``pid`` is the device and ``tid`` the stream; ``args.device`` / ``args.stream`` say it outright
-  when present.
+  ``pid`` is the device and ``tid`` the stream (``"stream 7"`` in the old schema); ``args.device`` /
+  ``args.stream`` say it outright when present.
 - Launches: ``cuda_runtime`` / ``cuda_driver`` events (HIP calls on ROCm builds) with the same
   ``args.correlation``: they give the kernel its host pid and tid and its launch interval. GPU work
   with no launch in the file belongs to the trace's host process (``kineto_process``): Kineto
   writes one trace per process.
-- Operators: ``cpu_op`` events share ``args["External id"]`` with the launches; the op's name
-  becomes the kernel's ``op_name``.
-- Iterations: ``user_annotation`` events named ``ProfilerStep#N``.
+- Operators: ``cpu_op`` events share ``args["External id"]`` with the GPU work (``external id`` on
+  it in the old schema); the op's name becomes the kernel's ``op_name``.
+- Iterations: ``user_annotation`` events named ``ProfilerStep#N`` (operators in the old schema).
 - The model: the host process's name when it names more than an interpreter (``kineto_process``),
-  on ``ParsedTrace.model``; the devices that ran work, as ``deviceProperties`` describes them, on
-  ``ParsedTrace.devices``.
+  on ``ParsedTrace.model``; the devices that ran work, as ``deviceProperties`` (``computeProperties``
+  in May 2021) describes them, on ``ParsedTrace.devices`` (``kineto_meta``).
 - Time: ``ts``/``dur`` are microseconds (floats on ROCm builds and in nanosecond-resolution traces;
   ``displayTimeUnit`` is only a display hint of the Chrome trace format and changes no unit). With
   ``baseTimeNanoseconds``, ``ts`` counts from it (Kineto writes ``(t - baseTime) / 1000``) and epoch
@@ -66,7 +70,9 @@ from aaco.agent.sources.traces.json_values import (
     opt_int,
     span_ns,
 )
+from aaco.agent.sources.traces.kineto_categories import Unrecognised, gpu_kind, role
 from aaco.agent.sources.traces.kineto_columns import F64, I64, STR, Chunks
+from aaco.agent.sources.traces.kineto_meta import kineto_clock, kineto_devices
 from aaco.agent.sources.traces.kineto_process import ProcessInfo
 from aaco.agent.sources.traces.kineto_stream import NOT_KINETO, EventStream, gc_paused
 from aaco.agent.sources.traces.launches import LaunchTable
@@ -74,20 +80,12 @@ from aaco.agent.sources.traces.limits import TraceLimits
 from aaco.agent.sources.traces.parsed import ParsedTrace
 from aaco.agent.sources.traces.tables import const, typed_table
 from aaco.agent.sources.traces.whole import rechunk
-from aaco.contract.clock import EPOCH_CEIL_NS, EPOCH_FLOOR_NS, ClockOffset
+from aaco.contract.clock import ClockOffset
 from aaco.contract.ids import span_id, trace_id
 from aaco.contract.schemas import ITERATIONS, KERNELS
 
 FORMAT = "kineto"
-GPU_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
-LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
-_ROLES = {
-    **{c: "gpu" for c in GPU_KINDS},
-    **{c: "launch" for c in LAUNCH_CATS},
-    "cpu_op": "op",
-    "user_annotation": "ann",
-}
-EPOCH_US_FLOOR = 1e15  # 2001-09-09 in microseconds: a ts above it is epoch-based
+__all__ = ["FORMAT", "TRACE_FORMAT", "kineto_clock", "kineto_devices", "parse_file", "parse_kineto", "sniff"]
 _STEP_PREFIX = "ProfilerStep#"
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
@@ -116,6 +114,7 @@ class _Events:
     op_pids: set[int] = field(default_factory=set)
     gpu_lanes: set[int] = field(default_factory=set)
     procs: ProcessInfo = field(default_factory=ProcessInfo)
+    unknown: Unrecognised = field(default_factory=Unrecognised)
     names: dict[str, str] = field(default_factory=dict)  # one copy of each name (they repeat: memory)
 
 
@@ -146,33 +145,6 @@ def _dims(v: Any, skipped: Counter[str]) -> tuple[int | None, int | None, int | 
     return (None, None, None)
 
 
-def _in_epoch(ns: int) -> bool:
-    return EPOCH_FLOOR_NS <= ns < EPOCH_CEIL_NS
-
-
-def kineto_clock(
-    doc: dict[str, Any], ends_us: np.ndarray, file_mtime_ns: int, skipped: Counter[str] | None = None
-) -> ClockOffset:
-    """How this trace's microseconds map to epoch ns, from its events' ends (see the module doc)."""
-    skipped = skipped if skipped is not None else Counter()
-    ends = np.asarray(ends_us, dtype=np.float64)
-    typical = float(np.median(ends)) if ends.size else 0.0
-    try:
-        base = need_int(doc.get("baseTimeNanoseconds"))
-    except IntOutOfRangeError:
-        skipped[INT_OUT_OF_RANGE] += 1
-        base = None
-    if base:
-        if _in_epoch(base + round(typical * 1000)):
-            return ClockOffset(base, 500, "kineto-baseTimeNanoseconds")
-        skipped[TIME_OUT_OF_RANGE] += 1
-    if typical > EPOCH_US_FLOOR:
-        return ClockOffset(0, 500, "kineto-epoch-us")
-    relative = ends[ends <= EPOCH_US_FLOOR]  # a stray epoch-sized end must not move the anchor
-    last = float(relative.max()) if relative.size else 0.0
-    return ClockOffset(file_mtime_ns - round(last * 1000), 10**9, "file-mtime")
-
-
 def _collect(events: list[Any], skipped: Counter[str], out: _Events) -> None:
     """(A batch of) the events into ``out``: GPU work, launches, operator names, steps, metadata.
 
@@ -188,22 +160,44 @@ def _collect(events: list[Any], skipped: Counter[str], out: _Events) -> None:
             if ph == "M":
                 out.procs.add(ev, skipped)
     xs = [ev for ev, ph in zip(evs, phs, strict=True) if ph == "X"]
-    roles = [_ROLES.get(c) if type(c) is str else None for c in [ev.get("cat") for ev in xs]]
-    for role in ("gpu", "launch", "op", "ann"):
-        if role not in roles:
+    roles = [role(ev.get("cat")) for ev in xs]
+    if None in roles:
+        out.unknown.add(ev for ev, r in zip(xs, roles, strict=True) if r is None)
+    for kind in ("gpu", "launch", "op", "ann"):
+        if kind not in roles:
             continue
-        group = [ev for ev, r in zip(xs, roles, strict=True) if r == role]
-        if _fast(role, group, out):
+        group = [ev for ev, r in zip(xs, roles, strict=True) if r == kind]
+        if kind == "op":
+            _steps_among_ops(group, skipped, out)
+        if _fast(kind, group, out):
             continue
         for ev in group:
-            _one(role, ev, skipped, out)
-        (out.gpu if role == "gpu" else out.launch).flush()
+            _one(kind, ev, skipped, out)
+        (out.gpu if kind == "gpu" else out.launch).flush()
+
+
+def _steps_among_ops(ops: list[dict[str, Any]], skipped: Counter[str], out: _Events) -> None:
+    """``ProfilerStep#N`` written as an operator (PyTorch 1.8 and 1.9: ``cat: "Operator"``): an iteration too.
+
+    A bad time is counted once, by the operator path that reads the same event.
+    """
+    for ev in ops:
+        name = ev.get("name")
+        if type(name) is not str or not name.startswith(_STEP_PREFIX):
+            continue
+        ts, dur = _num(ev.get("ts")), _num(ev.get("dur"))
+        if ts is None or dur is None or dur < 0:
+            continue
+        try:
+            _add_step(out, ev, ts, dur, {}, skipped)
+        except IntOutOfRangeError:
+            skipped[INT_OUT_OF_RANGE] += 1
 
 
 def _fast(role: str, group: list[dict[str, Any]], out: _Events) -> bool:
     """The events of one role a column at a time (``kineto_columns``); False: read them one by one."""
     if role == "gpu":
-        got, dest, pids = kineto_columns.gpu_columns(group, GPU_KINDS), out.gpu, out.gpu_lanes
+        got, dest, pids = kineto_columns.gpu_columns(group), out.gpu, out.gpu_lanes
     elif role == "launch":
         got, dest, pids = kineto_columns.launch_columns(group), out.launch, out.launch_pids
     elif role == "op":
@@ -251,11 +245,11 @@ def _add_gpu(
     if lane is not None:
         out.gpu_lanes.add(lane)
     gpu["name"].append(out.names.setdefault(name, name))
-    gpu["kind"].append(GPU_KINDS[ev["cat"]])
+    gpu["kind"].append(gpu_kind(ev["cat"]))
     gpu["device"].append(device if device is not None else lane)
     gpu["stream"].append(stream if stream is not None else lane_tid)
     gpu["correlation_id"].append(corr)
-    gpu["ext"].append(_opt(args.get("External id"), skipped))
+    gpu["ext"].append(_opt(args.get("External id", args.get("external id")), skipped))
     gpu["bytes"].append(_opt(args.get("bytes"), skipped))
     for keys, value in ((_GRID, args.get("grid")), (_WORKGROUP, args.get("block"))):
         for key, v in zip(keys, _dims(value, skipped), strict=True):
@@ -368,7 +362,7 @@ def _iterations(
     ev: _Events, clock: ClockOffset, host: int | None, ctx: dict[str, str], skipped: Counter[str]
 ) -> pa.Table:
     """ProfilerStep#N ranges as iterations, in start order; out-of-range ones counted and left out."""
-    steps = sorted(ev.steps)
+    steps = sorted(set(ev.steps))  # a step written both as an operator and as an annotation is one
     start, end, ok = span_ns(np.array([s[1] for s in steps]), np.array([s[2] for s in steps]), clock.offset_ns)
     skipped[TIME_OUT_OF_RANGE] += int((~ok).sum())
     kept = [(s, a, b) for s, a, b, good in zip(steps, start, end, ok, strict=True) if good]
@@ -389,36 +383,6 @@ def _iterations(
             **{k: const(ctx[k], m) for k in ("node", "model", "run_id", "source")},
         },
     )
-
-
-def kineto_devices(doc: dict[str, Any], used: set[str]) -> dict[str, dict[str, Any]]:
-    """What ``deviceProperties`` says about the devices in ``used`` (``ParsedTrace.devices``).
-
-    ``{"0": {"type": "GPU", "name": ..., "product_name": ..., "compute_capability": "8.0",
-    "total_memory_bytes": ...}}``: the product name as the runtime reported it (``NVIDIA A100-SXM4-80GB``;
-    ROCm builds of Kineto often write ``AMD Radeon Graphics``), so a baseline knows which GPU it ran on.
-    """
-    props = doc.get("deviceProperties")
-    out: dict[str, dict[str, Any]] = {}
-    if not isinstance(props, list):
-        return out
-    for p in props[:4096]:
-        if not isinstance(p, dict) or not isinstance(p.get("name"), str) or len(p["name"]) > 256:
-            continue
-        try:
-            dev, major, minor = need_int(p.get("id")), need_int(p.get("computeMajor")), need_int(p.get("computeMinor"))
-            memory = need_int(p.get("totalGlobalMem"))
-        except IntOutOfRangeError:
-            continue
-        if dev is None or str(dev) not in used or str(dev) in out:
-            continue
-        entry: dict[str, Any] = {"type": "GPU", "name": p["name"], "product_name": p["name"]}
-        if major is not None and minor is not None:
-            entry["compute_capability"] = f"{major}.{minor}"
-        if memory is not None:
-            entry["total_memory_bytes"] = memory
-        out[str(dev)] = entry
-    return out
 
 
 def parse_kineto(
@@ -459,12 +423,17 @@ def _convert(
     devices = kineto_devices(keys, set(kernels.column("device").drop_null().unique().to_pylist()))
     parsed = ParsedTrace(FORMAT, kernels, iterations, clock, +skipped, pids, devices=devices)
     parsed.model = ev.procs.model_name(host, parsed.skipped)
+    parsed.unrecognised = ev.unknown.gpu_looking(ev.gpu_lanes | ev.procs.gpu_pids())
     return parsed
 
 
 # Kineto writes schemaVersion/deviceProperties/baseTimeNanoseconds, or at least its own categories.
 _KEYS = (b'"schemaVersion"', b'"deviceProperties"', b'"baseTimeNanoseconds"', b'"distributedInfo"')
-_CATS = re.compile(rb'"cat"\s*:\s*"(cpu_op|cuda_runtime|kernel|gpu_memcpy|gpu_memset|user_annotation|python_function)"')
+_CATS = re.compile(
+    rb'"cat"\s*:\s*"(cpu_op|cuda_runtime|kernel|gpu_memcpy|gpu_memset|user_annotation|python_function|'
+    rb'operator|runtime|memcpy|memset)"',
+    re.IGNORECASE,
+)
 
 
 def sniff(head: bytes) -> str | None:

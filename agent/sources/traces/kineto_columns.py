@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aaco.agent.sources.traces.json_values import TIME_OUT_OF_RANGE, name_ok, span_ns
+from aaco.agent.sources.traces.kineto_categories import gpu_kind
 from aaco.agent.sources.traces.launches import LaunchTable
 
 F64, I64, STR = pa.float64(), pa.int64(), pa.string()
@@ -65,6 +66,27 @@ def ints(values: list[Any]) -> pa.Array | None:
         return pa.array(values, I64)
     except OverflowError:
         return None
+
+
+def tids(values: list[Any]) -> pa.Array | None:
+    """A tid column as ``need_int`` reads it, PyTorch 1.8 and 1.9's strings included, or None.
+
+    They wrote tids as strings: a thread's number (``"1890023232"``: the number) or a GPU lane's
+    stream (``"stream 7"``: not a number, null). Any other string is left to the per-event rules.
+    """
+    if set(map(type, values)) <= _INT_OR_NULL:
+        return ints(values)
+    out: list[Any] = []
+    for v in values:
+        if type(v) is not str:
+            out.append(v)
+        elif v.isascii() and v.isdigit():
+            out.append(int(v))
+        elif v.startswith("stream"):
+            out.append(None)
+        else:
+            return None
+    return ints(out)
 
 
 def times(values: list[Any]) -> np.ndarray | None:
@@ -113,10 +135,12 @@ def _timed(events: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, list[d
     return ts, dur, args
 
 
-def gpu_columns(
-    events: list[dict[str, Any]], kinds: dict[str, str]
-) -> tuple[dict[str, Any], set[int], np.ndarray] | None:
-    """A batch of GPU work as ``kineto``'s GPU columns, the lanes (pids) it ran on and its ends, or None."""
+def gpu_columns(events: list[dict[str, Any]]) -> tuple[dict[str, Any], set[int], np.ndarray] | None:
+    """A batch of GPU work as ``kineto``'s GPU columns, the lanes (pids) it ran on and its ends, or None.
+
+    The kind comes from the category, in either of Kineto's schemas (``kineto_categories``); the op
+    link from ``External id``, or ``external id`` as PyTorch 1.8 and 1.9 wrote it on GPU work.
+    """
     timed = _timed(events)
     if timed is None:
         return None
@@ -125,8 +149,9 @@ def gpu_columns(
     if not names_ok(names, nullable=False):
         return None
     lane_list = [e.get("pid") for e in events]
-    lane, lane_tid = ints(lane_list), ints([e.get("tid") for e in events])
+    lane, lane_tid = ints(lane_list), tids([e.get("tid") for e in events])
     got = {k: ints([a.get(key) for a in args]) for k, key in _GPU_ARGS.items()}
+    got["ext"] = ints([a.get("External id", a.get("external id")) for a in args])
     grid, block = _dims([a.get("grid") for a in args]), _dims([a.get("block") for a in args])
     if lane is None or lane_tid is None or grid is None or block is None or any(v is None for v in got.values()):
         return None
@@ -134,7 +159,7 @@ def gpu_columns(
     lanes.discard(None)
     cols = {
         "name": pa.array(names, STR),
-        "kind": pa.array([kinds[e["cat"]] for e in events], STR),
+        "kind": pa.array([gpu_kind(e["cat"]) for e in events], STR),
         "device": pc.coalesce(got.pop("device"), lane),
         "stream": pc.coalesce(got.pop("stream"), lane_tid),
         **got,
@@ -151,7 +176,6 @@ _GPU_ARGS = {
     "correlation_id": "correlation",
     "device": "device",
     "stream": "stream",
-    "ext": "External id",
     "bytes": "bytes",
 }
 
@@ -164,7 +188,7 @@ def launch_columns(events: list[dict[str, Any]]) -> tuple[dict[str, Any], set[in
     ts, dur, args = timed
     names = [e.get("name") for e in events]
     pid_list = [e.get("pid") for e in events]
-    pid, tid, corr = ints(pid_list), ints([e.get("tid") for e in events]), ints([a.get("correlation") for a in args])
+    pid, tid, corr = ints(pid_list), tids([e.get("tid") for e in events]), ints([a.get("correlation") for a in args])
     if pid is None or tid is None or corr is None or not names_ok(names, nullable=True):
         return None
     pids = set(pid_list)

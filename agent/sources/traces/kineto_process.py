@@ -71,6 +71,10 @@ class ProcessInfo:
         cpu = [p for p in pids if self.labels.get(p, "").strip().upper() == "CPU"]
         return cpu[0] if len(cpu) == 1 else None
 
+    def gpu_pids(self) -> set[int]:
+        """The pids ``process_labels`` calls ``GPU n`` (Kineto's device lanes)."""
+        return {p for p, label in self.labels.items() if label.strip().upper().startswith("GPU")}
+
     def host_pid(self, cpu_pids: Set[int], gpu_lanes: Set[int]) -> int | None:
         """The pid of the process the trace is of (see the module doc), or None."""
         if len(cpu_pids) == 1:

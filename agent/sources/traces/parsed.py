@@ -25,6 +25,9 @@ class ParsedTrace:
     conversion) at which the file was finished (rocprofv3 metadata ``fini_time``, else the last
     event's end), None when unknown: with the file's mtime it anchors a trace recorded on another
     boot. Both ride on the first chunk.
+
+    ``unrecognised``: events that look like GPU work but are of a category the parser does not read,
+    by category (``kineto_categories``); on the first chunk, reported once per file by the ingest.
     """
 
     format: str
@@ -37,3 +40,4 @@ class ParsedTrace:
     bad_rows: list[Any] = field(default_factory=list)
     model: str | None = None
     anchor_raw_ns: int | None = None
+    unrecognised: Counter[str] = field(default_factory=Counter)

@@ -32,5 +32,5 @@ def rechunk(parsed: ParsedTrace, ctx: TraceContext, loaded: LoadedJson) -> Itera
     for i, part in enumerate(parts):
         part.clock = parsed.clock
         if i == 0:
-            part.model, part.anchor_raw_ns = parsed.model, parsed.anchor_raw_ns
+            part.model, part.anchor_raw_ns, part.unrecognised = parsed.model, parsed.anchor_raw_ns, parsed.unrecognised
         yield part

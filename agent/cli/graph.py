@@ -21,7 +21,7 @@ def graph(
     from aaco.agent.sources.ort.onnx_graph import summarize
 
     try:
-        summary = summarize(load_model(model))
+        summary = summarize(load_model(model, given_as="the MODEL argument of aaco graph"))
     except AacoError as exc:
         raise fail(exc) from None
     doc = summary.to_dict()

@@ -59,13 +59,21 @@ def _metric_doc(m: MetricDef, exposed: str) -> dict[str, object]:
     }
 
 
-def version() -> None:
+def version(as_json: AsJson = False) -> None:
     """Print the versions of AACO and of the runtimes it uses."""
     import onnxruntime
     import pyarrow
 
+    doc = {
+        "aaco": aaco_version(),
+        "python": platform.python_version(),
+        "onnxruntime": onnxruntime.__version__,
+        "pyarrow": pyarrow.__version__,
+    }
+    if as_json:
+        typer.echo(json.dumps(doc))
+        return
     out_console.print(
-        f"aaco {aaco_version()} (python {platform.python_version()}, onnxruntime {onnxruntime.__version__}, "
-        f"pyarrow {pyarrow.__version__})",
+        f"aaco {doc['aaco']} (python {doc['python']}, onnxruntime {doc['onnxruntime']}, pyarrow {doc['pyarrow']})",
         highlight=False,
     )

@@ -8,7 +8,7 @@ or forwarder dropped some of it (counted in ``aaco_events_dropped_total`` for ``
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aaco.agent.cli.common import print_error, print_note, print_warning, table
 from aaco.contract.stats import EVENTS_DROPPED, Stats
@@ -46,20 +46,28 @@ def report_lost(stats: Stats) -> bool:
     return bool(lost)
 
 
-def report_summarised(stats: Stats, rate_clock: str) -> None:
-    """Say how many kernel spans went out over OTLP and how many were summarised on their root spans, and why."""
+def kernel_spans(stats: Stats) -> dict[str, int]:
+    """Kernel spans sent over OTLP, and those summarised on their root spans by budget."""
     from aaco.exporters.otlp_assembly import SPANS_EXPORTED, SPANS_SUMMARIZED
 
-    by_trace = int(stats.get(SPANS_SUMMARIZED, reason="trace_budget"))
-    by_rate = int(stats.get(SPANS_SUMMARIZED, reason="rate_budget"))
-    sent = int(stats.get(SPANS_EXPORTED, kind="kernel"))
+    return {
+        "sent": int(stats.get(SPANS_EXPORTED, kind="kernel")),
+        "summarised_trace_budget": int(stats.get(SPANS_SUMMARIZED, reason="trace_budget")),
+        "summarised_rate_budget": int(stats.get(SPANS_SUMMARIZED, reason="rate_budget")),
+    }
+
+
+def report_summarised(stats: Stats, rate_clock: str) -> None:
+    """Say how many kernel spans went out over OTLP and how many were summarised on their root spans, and why."""
+    spans = kernel_spans(stats)
+    by_trace, by_rate = spans["summarised_trace_budget"], spans["summarised_rate_budget"]
     if not (by_trace or by_rate):
         return
     clock = "of the kernels' own time" if rate_clock == "trace" else "of the agent's clock"
     why = [f"{by_trace} beyond exporters.otlp.max_kernel_spans_per_trace"] if by_trace else []
     why += [f"{by_rate} beyond exporters.otlp.max_spans_per_second ({clock})"] if by_rate else []
     print_note(
-        f"kernel spans: {sent} sent, {by_trace + by_rate} summarised on their root spans (counted, not sent): "
+        f"kernel spans: {spans['sent']} sent, {by_trace + by_rate} summarised on their root spans (counted, not sent): "
         + "; ".join(why)
     )
 
@@ -87,6 +95,34 @@ def report_unshipped(service: AgentService) -> bool:
         "(the same command again, or aaco agent with the same exporters.lake.path and --lake URL)"
     )
     return True
+
+
+def lake_doc(service: AgentService) -> dict[str, Any]:
+    """Where the lake went, as data: the directory, the store it ships to, what did not reach it."""
+    lake = service.config.exporters.lake
+    parts, size, why = unshipped(service)
+    return {
+        "path": str(lake.path.resolve()),
+        "remote": lake.remote,
+        "unshipped_parts": parts,
+        "unshipped_bytes": size,
+        "unshipped_reason": why,
+    }
+
+
+def lake_where(service: AgentService) -> str:
+    """Where the lake went, for the closing line: the directory, and the store it ships to (or what did not)."""
+    lake = service.config.exporters.lake
+    where = str(lake.path.resolve())
+    if not lake.remote:
+        return where
+    parts = unshipped(service)[0]
+    return f"{where} ({parts} part(s) NOT shipped to {lake.remote})" if parts else f"{where} (shipped to {lake.remote})"
+
+
+def undelivered(service: AgentService) -> bool:
+    """True when spans, metrics or lake parts the run was asked to send did not get there (exit 3)."""
+    return bool(lost_exports(service.stats)) or unshipped(service)[0] > 0
 
 
 def report_problems(service: AgentService) -> bool:
@@ -133,32 +169,51 @@ SUMMARY_COLUMNS = (
 )
 
 
-def summary_table(service: AgentService) -> FitTable:
-    """The end-of-run summary: latency, throughput, kernels, KAR, launch tax, active ratio per model."""
+def summary(service: AgentService) -> dict[str, dict[str, Any]]:
+    """Per model: iterations, latency percentiles (s), throughput, kernels per iteration, KAR, launch tax, activity."""
     snap = service.final_snapshot
-    out = table(*SUMMARY_COLUMNS, right=SUMMARY_COLUMNS[1:], title="AACO summary")
     if snap is None:
-        return out
+        return {}
     doc = snap.to_dict()
     lat = doc.get("latency", {}).get("models", {})
     kar = doc.get("kar", {}).get("models", {})
     launch = doc.get("launch", {}).get("models", {})
-    active: dict[str, list[str]] = {}
+    active: dict[str, dict[str, float]] = {}
     for w in doc.get("activity", {}).get("devices", []):
-        active.setdefault(w["run_id"].split(":")[0], []).append(f"{w['device']}: {w['active_ratio']:.2f}")
+        active.setdefault(w["run_id"].split(":")[0], {})[str(w["device"])] = w["active_ratio"]
+    out = {}
     for model in sorted(set(lat) | set(kar) | set(launch)):
         lm, km, la = lat.get(model, {}), kar.get(model, {}), launch.get(model, {})
-        tax = la.get("launch_tax")
+        out[model] = {
+            "iterations": lm.get("iterations"),
+            "p50_s": lm.get("p50_s"),
+            "p95_s": lm.get("p95_s"),
+            "p99_s": lm.get("p99_s"),
+            "throughput_per_s": lm.get("throughput_per_s"),
+            "kernels_per_iteration": km.get("kernels_per_iteration"),
+            "kar": km.get("kar"),
+            "launch_tax": la.get("launch_tax"),
+            "launch_band": la.get("band"),
+            "device_active_ratio": active.get(model, {}),
+        }
+    return out
+
+
+def summary_table(models: dict[str, dict[str, Any]]) -> FitTable:
+    """The end-of-run summary (``summary``) as a table."""
+    out = table(*SUMMARY_COLUMNS, right=SUMMARY_COLUMNS[1:], title="AACO summary")
+    for model, m in models.items():
+        tax = m["launch_tax"]
         out.add_row(
             model,
-            str(lm.get("iterations", "-")),
-            _fmt(lm.get("p50_s"), 1e3),
-            _fmt(lm.get("p95_s"), 1e3),
-            _fmt(lm.get("p99_s"), 1e3),
-            _fmt(lm.get("throughput_per_s"), digits=1),
-            _fmt(km.get("kernels_per_iteration"), digits=1),
-            _fmt(km.get("kar")),
-            "-" if tax is None else f"{tax:.3f} ({la.get('band')})",
-            ", ".join(active.get(model, [])) or "-",
+            "-" if m["iterations"] is None else str(m["iterations"]),
+            _fmt(m["p50_s"], 1e3),
+            _fmt(m["p95_s"], 1e3),
+            _fmt(m["p99_s"], 1e3),
+            _fmt(m["throughput_per_s"], digits=1),
+            _fmt(m["kernels_per_iteration"], digits=1),
+            _fmt(m["kar"]),
+            "-" if tax is None else f"{tax:.3f} ({m['launch_band']})",
+            ", ".join(f"{d}: {r:.2f}" for d, r in m["device_active_ratio"].items()) or "-",
         )
     return out

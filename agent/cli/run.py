@@ -7,12 +7,14 @@ the same ``AgentService`` as the daemon (``aaco.agent.cli.runner``).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from aaco.agent.cli.common import (
+    AsJson,
     LogLevel,
     fail,
     load_config_or_exit,
@@ -71,25 +73,6 @@ def lake_override(out: str) -> dict[str, Any]:
     return {"remote": out} if is_remote(out) else {"path": out}
 
 
-def lake_where(service: Any) -> str:
-    """Where the lake went, for the closing line: the directory, and the store it ships to (or what did not)."""
-    from aaco.agent.cli.report import unshipped
-
-    lake = service.config.exporters.lake
-    where = str(lake.path.resolve())
-    if not lake.remote:
-        return where
-    parts = unshipped(service)[0]
-    return f"{where} ({parts} part(s) NOT shipped to {lake.remote})" if parts else f"{where} (shipped to {lake.remote})"
-
-
-def undelivered(service: Any) -> bool:
-    """True when spans, metrics or lake parts the run was asked to send did not get there (exit 3)."""
-    from aaco.agent.cli.report import lost_exports, unshipped
-
-    return bool(lost_exports(service.stats)) or unshipped(service)[0] > 0
-
-
 def exporter_overrides(
     out: str | None,
     metrics_port: int | None,
@@ -135,17 +118,26 @@ def run(
     ] = None,
     otlp_endpoint: OtlpEndpoint = None,
     no_progress: NoProgress = False,
+    as_json: AsJson = False,
     log_level: LogLevel = "warning",
 ) -> None:
     """Run an ONNX model under ONNX Runtime with profiling, analyse it, write the lake, print a summary."""
     setup_logging(log_level)
-    from aaco.agent.cli.report import report_summarised, summary_table
+    from aaco.agent.cli.report import (
+        kernel_spans,
+        lake_doc,
+        lake_where,
+        report_summarised,
+        summary,
+        summary_table,
+        undelivered,
+    )
     from aaco.agent.sources.ort.models import load_model, resolve_model
     from aaco.agent.sources.ort.session import resolve_provider
 
     try:
         model_path = resolve_model(model)
-        load_model(model_path)
+        load_model(model_path, given_as="--model")
         resolve_provider(provider)
     except AacoError as exc:
         raise fail(exc) from None
@@ -160,9 +152,14 @@ def run(
     overrides = exporter_overrides(out, metrics_port, otlp_endpoint, node=node)
     config = load_config_or_exit(None, {"sources": [source], **overrides})
     service = run_service(config, progress=not no_progress, stop_when_done=True)
-    out_console.print(summary_table(service))
-    report_summarised(service.stats, service.config.exporters.otlp.rate_clock)
-    out_console.print(f"lake: {lake_where(service)}", highlight=False)
+    models = summary(service)
+    if as_json:
+        doc = {"models": models, "lake": lake_doc(service), "kernel_spans": kernel_spans(service.stats)}
+        typer.echo(json.dumps(doc))
+    else:
+        out_console.print(summary_table(models))
+        report_summarised(service.stats, service.config.exporters.otlp.rate_clock)
+        out_console.print(f"lake: {lake_where(service)}", highlight=False)
     if undelivered(service):
         raise typer.Exit(3)
 
@@ -203,11 +200,21 @@ def replay(
         ),
     ] = None,
     no_progress: NoProgress = False,
+    as_json: AsJson = False,
     log_level: LogLevel = "warning",
 ) -> None:
     """Push trace files through the pipeline: lake, analysis, metrics and traces as if live."""
     setup_logging(log_level)
-    from aaco.agent.cli.report import files_read, report_summarised, summary_table
+    from aaco.agent.cli.report import (
+        files_read,
+        kernel_spans,
+        lake_doc,
+        lake_where,
+        report_summarised,
+        summary,
+        summary_table,
+        undelivered,
+    )
     from aaco.agent.sources.traces.detect import recognise
     from aaco.agent.sources.traces.files import expand
 
@@ -244,16 +251,26 @@ def replay(
     if perfetto is not None:
         print_note(f"perfetto trace: {perfetto.resolve()} (open it in https://ui.perfetto.dev)")
     read, rows, already = files_read(service, "replay")
-    summary = summary_table(service)
-    if not serve and summary.rows:
-        out_console.print(summary)
-    elif not serve and read:
-        print_note("nothing to summarise: no kernels, launches or iterations in what was read")
-    if already:
-        new_rows = "" if read else ", 0 new rows"
-        print_note(f"already in the lake: {already} file(s){new_rows}; --force to read again")
-    report_summarised(service.stats, service.config.exporters.otlp.rate_clock)
-    print_note(f"replayed {read} file(s), {rows} rows, into {lake_where(service)}")
+    models = summary(service)
+    if as_json:
+        doc = {
+            "files": {"given": len(files), "read": read, "already_in_lake": already},
+            "rows": rows,
+            "models": models,
+            "lake": lake_doc(service),
+            "kernel_spans": kernel_spans(service.stats),
+        }
+        typer.echo(json.dumps(doc))
+    else:
+        if not serve and models:
+            out_console.print(summary_table(models))
+        elif not serve and read:
+            print_note("nothing to summarise: no kernels, launches or iterations in what was read")
+        if already:
+            new_rows = "" if read else ", 0 new rows"
+            print_note(f"already in the lake: {already} file(s){new_rows}; --force to read again")
+        report_summarised(service.stats, service.config.exporters.otlp.rate_clock)
+        print_note(f"replayed {read} file(s), {rows} rows, into {lake_where(service)}")
     if undelivered(service):
         raise typer.Exit(3)
 

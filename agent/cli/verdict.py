@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from aaco.agent.cli.common import fail, out_console, print_warning, table
+from aaco.agent.cli.common import AsJson, fail, out_console, print_warning, table
 from aaco.contract.errors import AacoError
 
 baseline_app = typer.Typer(help="Record a lake's performance baseline for later aaco diff.", no_args_is_help=True)
@@ -38,6 +38,7 @@ def baseline_save(
         list[str] | None, typer.Option("--model", "-m", help="Only this model (repeatable; default: every model).")
     ] = None,
     no_machine: Annotated[bool, typer.Option("--no-machine", help=NO_MACHINE_HELP)] = False,
+    as_json: AsJson = False,
 ) -> None:
     """Save the baseline of a lake.
 
@@ -54,7 +55,29 @@ def baseline_save(
         save_baseline(doc, path)
     except AacoError as exc:
         raise fail(exc) from None
-    out_table = table("model", "iterations", "p50 ms", "p95 ms", "kernels/it", "bottleneck")
+    if as_json:
+        models = {
+            name: {
+                "iterations": m["iterations"],
+                "p50_s": m["latency"]["p50_s"],
+                "p95_s": m["latency"]["p95_s"],
+                "kernels_per_iteration": m["kernels_per_iteration"],
+                "bottleneck": m.get("bottleneck"),
+            }
+            for name, m in doc["models"].items()
+        }
+        env = {k: v["value"] for k, v in doc["environment"].items() if k != "clocks"}
+        typer.echo(json.dumps({"baseline": str(path), "models": models, "environment": env}, default=str))
+        return
+    out_table = table(
+        "model",
+        "iterations",
+        "p50 ms",
+        "p95 ms",
+        "kernels/it",
+        "bottleneck",
+        right={"iterations", "p50 ms", "p95 ms", "kernels/it"},
+    )
     for name, m in doc["models"].items():
         b = m.get("bottleneck") or {}
         cls = f"{b.get('bottleneck_class')} ({b.get('confidence', 0):.2f})" if b else "-"

@@ -118,10 +118,12 @@ def machine_environment(root: Path = Path("/"), with_ort: bool = True) -> dict[s
         env["gpu_driver"] = _entry(f"nvidia {m.group(1) if m else nv.splitlines()[0]}", "machine")
     elif amd:
         env["gpu_driver"] = _entry(f"amdgpu {amd}", "machine")
-    rocm = _read(root / "opt/rocm/.info/version")
+    # A toolkit installed where no driver of its vendor runs (a CPU-only host, a build machine) is not
+    # what any workload here ran with: its version is left out rather than read as the GPU stack's.
+    rocm = _read(root / "opt/rocm/.info/version") if amd else None
     if rocm:
         env["rocm_version"] = _entry(rocm, "machine")
-    cuda = _cuda_version(root / "usr/local/cuda")
+    cuda = _cuda_version(root / "usr/local/cuda") if nv else None
     if cuda:
         env["cuda_version"] = _entry(cuda, "machine")
     if with_ort:

@@ -20,7 +20,7 @@ from rich.console import Console
 
 from aaco.agent import __version__
 from aaco.agent.cli import common
-from aaco.agent.cli.report import summary_table
+from aaco.agent.cli.report import summary, summary_table
 
 
 def aaco(*args: str) -> subprocess.CompletedProcess[str]:
@@ -63,7 +63,7 @@ def test_summary_keeps_a_long_model_name_and_every_number_whole_at_80_columns():
     doc = {"latency": {"models": {name: {"iterations": 20, "p50_s": 0.1712851, "p95_s": 0.0134, "p99_s": 0.0140}}}}
     service = SimpleNamespace(final_snapshot=SimpleNamespace(to_dict=lambda: doc))
     console = Console(width=80, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
-    console.print(summary_table(service))  # type: ignore[arg-type]
+    console.print(summary_table(summary(service)))  # type: ignore[arg-type]
     lines = console.export_text().splitlines()
     assert all(len(line) <= 80 for line in lines)
     assert any(name in line for line in lines)

@@ -37,7 +37,7 @@ def fake_root(tmp: Path) -> Path:
 def test_machine_environment_reads_driver_rocm_cuda_and_cpu(tmp_path):
     env = machine_environment(fake_root(tmp_path), with_ort=False)
     assert env["gpu_driver"] == {"value": "nvidia 535.54.03", "source": "machine"}
-    assert env["rocm_version"]["value"] == "6.2.0-66"
+    assert "rocm_version" not in env  # ROCm installed where no amdgpu driver runs: not the GPU stack in use
     assert env["cuda_version"]["value"] == "12.2.0"
     assert env["cpu_model"]["value"] == "AMD EPYC 7763 64-Core Processor"
     assert "onnxruntime_version" not in env
@@ -48,13 +48,28 @@ def test_machine_environment_reads_driver_rocm_cuda_and_cpu(tmp_path):
     (amd / "usr/local/cuda-11.8/lib64").mkdir(parents=True)
     (amd / "usr/local/cuda-11.8/lib64/libcudart.so.11.0").write_bytes(b"")
     (amd / "usr/local/cuda").symlink_to(amd / "usr/local/cuda-11.8")
+    (amd / "opt/rocm/.info").mkdir(parents=True)
+    (amd / "opt/rocm/.info/version").write_text("6.2.0-66\n")
     env = machine_environment(amd)
     assert env["gpu_driver"]["value"] == "amdgpu 6.7.0"
-    assert env["cuda_version"]["value"] == "11.8"  # the versioned directory it links to, with its runtime
+    assert env["rocm_version"]["value"] == "6.2.0-66"
+    assert "cuda_version" not in env  # a CUDA toolkit where no NVIDIA driver runs
     assert env["onnxruntime_version"]["value"].startswith("onnxruntime")
+    (amd / "proc/driver/nvidia").mkdir(parents=True)  # an NVIDIA driver beside it: the toolkit counts
+    (amd / "proc/driver/nvidia/version").write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.1  x\n")
+    assert machine_environment(amd)["cuda_version"]["value"] == "11.8"  # the versioned directory it links to
+
+
+def test_no_toolkit_versions_on_a_cpu_only_host(tmp_path):
+    root = fake_root(tmp_path)
+    (root / "proc/driver/nvidia/version").unlink()
+    env = machine_environment(root, with_ort=False)
+    assert "gpu_driver" not in env and "cuda_version" not in env and "rocm_version" not in env
 
 
 def test_no_cuda_version_from_a_dangling_link_or_an_empty_directory(tmp_path):
+    (tmp_path / "proc/driver/nvidia").mkdir(parents=True)
+    (tmp_path / "proc/driver/nvidia/version").write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.1  x\n")
     local = tmp_path / "usr/local"
     local.mkdir(parents=True)
     (local / "cuda").symlink_to(local / "cuda-12.4")  # the toolkit was removed, its link was not

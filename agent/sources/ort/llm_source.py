@@ -145,7 +145,7 @@ class LlmRequestsSource(Source):
         cfg = self.config
         subject = os.fspath(self.model_path)
         try:
-            graph = summarize(load_model(self.model_path))
+            graph = summarize(load_model(self.model_path, given_as="the source's model key"))
             provider = resolve_provider(cfg.provider)
         except AacoError as exc:
             ctx.problem(self.name, subject, "model", str(exc), fatal=True, count=1)

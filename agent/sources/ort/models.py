@@ -23,7 +23,7 @@ def default_model_path() -> Path:
         raise AacoError(
             f"the default model {DEFAULT_MODEL} is not in this onnx install",
             subject=path,
-            hint="reinstall the onnx wheel, or pass --model PATH",
+            hint="reinstall the onnx wheel, or name a model (aaco run --model PATH, or the source's model key)",
         )
     return path
 
@@ -38,10 +38,10 @@ def model_name(path: Path) -> str:
     return path.name.removesuffix(".onnx") or "model"
 
 
-def load_model(path: Path) -> Any:
-    """Load and sanity-check an ONNX model, or raise ``AacoError`` naming the file and the problem."""
+def load_model(path: Path, given_as: str = "the model path") -> Any:
+    """Load and sanity-check an ONNX model, or raise ``AacoError`` naming the file, the problem and ``given_as``."""
     if not path.exists():
-        raise AacoError("model file not found", subject=path, hint="check the path given to --model")
+        raise AacoError("model file not found", subject=path, hint=f"check {given_as}")
     if path.is_dir():
         raise AacoError("is a directory, not an .onnx model file", subject=path)
     if not os.access(path, os.R_OK):

@@ -90,9 +90,13 @@ def baseline_save(
             cls,
         )
     out_console.print(out_table)
-    env = ", ".join(f"{k}={v['value']}" for k, v in doc["environment"].items() if k != "clocks")
-    out_console.print(f"environment: {env}", highlight=False, soft_wrap=True)
-    out_console.print(f"baseline: {path}", highlight=False, soft_wrap=True)
+    env_table = table("environment", "value")
+    for k, v in doc["environment"].items():
+        if k != "clocks":
+            value = v["value"]
+            env_table.add_row(k, ", ".join(map(str, value)) if isinstance(value, list) else str(value))
+    out_console.print(env_table)
+    out_console.print(f"baseline: {path}", highlight=False, soft_wrap=not out_console.is_terminal)
 
 
 def model_changes(verdict: dict[str, Any]) -> list[tuple[str, str]]:

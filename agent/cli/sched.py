@@ -6,13 +6,16 @@ same backends as the ``sched`` source (eBPF as root with bcc, else ``/proc``).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import time
 from typing import Annotated, Any
 
 import typer
 
 from aaco.agent.cli.common import AsJson, LogLevel, fail, out_console, print_note, setup_logging, table
+from aaco.agent.cli.progress import progress_for
 from aaco.contract.errors import AacoError
 
 FIELDS = (
@@ -78,6 +81,7 @@ def sched(
     top: Annotated[
         int, typer.Option("--top", min=1, help="With --all: show this many processes (most switches).")
     ] = 20,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress on stderr.")] = False,
     log_level: LogLevel = "warning",
 ) -> None:
     """Trace processes' scheduling for a while and print, per pid, what held them off the CPU.
@@ -115,14 +119,27 @@ def sched(
         raise fail(exc) from None
     analyzer = SchedAnalyzer(max_workloads=1 << 20, retain_s=1e9, stale_s=1e9)
     started = time.monotonic()
+    bars = progress_for(not no_progress and not as_json)
+    task = "tracing (s)"
     try:
-        collector.refresh_targets()
-        deadline = started + duration
-        while (left := deadline - time.monotonic()) > 0:
-            time.sleep(min(left, cfg.interval_s))
-            drained = drain_to_table(collector.drain(), node="local", source="sched")
-            if drained.num_rows:
-                analyzer.update(EventBatch("sched", conform("sched", drained), "sched"))
+        with bars if bars is not None else contextlib.nullcontext():
+            if bars is not None:
+                bars.start(task, math.ceil(duration))
+            collector.refresh_targets()
+            deadline, next_drain, shown = started + duration, started + cfg.interval_s, 0
+            while (left := deadline - time.monotonic()) > 0:
+                time.sleep(max(0.0, min(left, next_drain - time.monotonic(), 1.0)))
+                now = time.monotonic()
+                if now >= next_drain or now >= deadline:
+                    next_drain = now + cfg.interval_s
+                    drained = drain_to_table(collector.drain(), node="local", source="sched")
+                    if drained.num_rows:
+                        analyzer.update(EventBatch("sched", conform("sched", drained), "sched"))
+                if bars is not None and int(now - started) > shown:
+                    bars.advance(task, int(now - started) - shown)
+                    shown = int(now - started)
+            if bars is not None:
+                bars.finish(task)
     except KeyboardInterrupt:
         print_note("interrupted: reporting what was measured")
     finally:

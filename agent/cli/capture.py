@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from aaco.agent.cli.common import fail, out_console, print_error
+from aaco.agent.cli.common import AsJson, fail, out_console, print_error
 from aaco.contract.errors import AacoError
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ def capture(
         Path | None,
         typer.Option("--cacert", help="CA certificate that signed the agent's TLS certificate (an https --agent)."),
     ] = None,
+    as_json: AsJson = False,
 ) -> None:
     """Queue a capture of PID on the running agent (its `capture` source runs the profiler and ingests the result)."""
     import http.client
@@ -86,6 +87,9 @@ def capture(
     if status >= 300:
         print_error(f"{status}: {doc.get('error', 'refused')}")
         raise typer.Exit(2)
+    if as_json:
+        typer.echo(json.dumps(doc))
+        return
     out_console.print(f"queued a capture of pid {doc['pid']} on source {doc['source']}", highlight=False)
 
 

@@ -104,6 +104,35 @@ ERRORS = _gpu_metric(
 UP = _gpu_metric(
     m.UP, "aaco_gpu_up", "gauge", "1", "1 while the GPU answers its telemetry backend, 0 when it vanished."
 )
+
+
+def _gauge(otel: str, prom: str, description: str, extra: str = "") -> MetricDef:
+    """A GPU gauge in its reading's unit (``contract.telemetry.UNITS``)."""
+    return _gpu_metric(otel, prom, "gauge", m.UNITS[otel], description, extra)
+
+
+FAN_SPEED = _gauge(m.FAN_SPEED, "aaco_gpu_fan_speed_rpm", "Fan speed in revolutions per minute, by fan.", "fan")
+FAN_SPEED_RATIO = _gauge(
+    m.FAN_SPEED_RATIO,
+    "aaco_gpu_fan_speed_ratio",
+    "Fan speed as a share of its full speed (NVIDIA: of the board's maximum noise-tolerant speed, may pass 1), by fan.",
+    "fan",
+)
+VOLTAGE = _gauge(m.VOLTAGE, "aaco_gpu_voltage_volts", "GPU voltage by rail: graphics (core), soc, memory.", "sensor")
+PSTATE = _gauge(m.PSTATE, "aaco_gpu_pstate", "NVIDIA performance state: 0 for P0 (the fastest) up to 15 (P15).")
+DPM_LEVEL = _gauge(
+    m.DPM_LEVEL,
+    "aaco_gpu_dpm_level",
+    "AMD current DPM level of a clock domain (0: its slowest level): graphics, memory, soc, fabric, dcef.",
+    "clock",
+)
+PCIE_LINK_GENERATION = _gauge(
+    m.PCIE_LINK_GENERATION,
+    "aaco_gpu_pcie_link_generation",
+    "Current PCIe link generation (1 to 6; many GPUs lower it at idle to save power).",
+)
+PCIE_LINK_WIDTH = _gauge(m.PCIE_LINK_WIDTH, "aaco_gpu_pcie_link_width", "Current PCIe link width in lanes.")
+
 SERIES = define(
     "aaco.telemetry.series", "aaco_telemetry_series", "gauge", "{series}", "GPU telemetry series kept by the analyzer."
 )
@@ -130,6 +159,13 @@ DEFINITIONS: Final[dict[str, MetricDef]] = {
     m.THROTTLE: THROTTLE,
     m.ERRORS: ERRORS,
     m.UP: UP,
+    m.FAN_SPEED: FAN_SPEED,
+    m.FAN_SPEED_RATIO: FAN_SPEED_RATIO,
+    m.VOLTAGE: VOLTAGE,
+    m.PSTATE: PSTATE,
+    m.DPM_LEVEL: DPM_LEVEL,
+    m.PCIE_LINK_GENERATION: PCIE_LINK_GENERATION,
+    m.PCIE_LINK_WIDTH: PCIE_LINK_WIDTH,
 }
 
 

@@ -36,6 +36,13 @@ CLOCK_MAX: Final = "aaco.gpu.clock.max"
 THROTTLE: Final = "aaco.gpu.throttle.active"  # attribute reason: power | thermal | current | other
 ERRORS: Final = "hw.errors"  # attribute error.type: corrected | uncorrected | lost
 UP: Final = "aaco.gpu.up"
+FAN_SPEED: Final = "hw.fan.speed"  # revolutions per minute; attribute fan: 0, 1, ...
+FAN_SPEED_RATIO: Final = "hw.fan.speed_ratio"  # share of the fan's full speed; attribute fan
+VOLTAGE: Final = "hw.voltage"  # volts; attribute sensor: graphics | soc | memory
+PSTATE: Final = "aaco.gpu.pstate"  # NVIDIA performance state: 0 for P0 (the fastest) .. 15
+DPM_LEVEL: Final = "aaco.gpu.dpm.level"  # AMD current DPM level of a clock domain (0: the slowest); attribute clock
+PCIE_LINK_GENERATION: Final = "aaco.gpu.pcie.link.generation"  # the PCIe link's current generation (1..6)
+PCIE_LINK_WIDTH: Final = "aaco.gpu.pcie.link.width"  # the PCIe link's current width in lanes
 
 UNITS: Final[dict[str, str]] = {
     UTILIZATION: "1",
@@ -51,6 +58,13 @@ UNITS: Final[dict[str, str]] = {
     THROTTLE: "1",
     ERRORS: "{error}",
     UP: "1",
+    FAN_SPEED: "rpm",
+    FAN_SPEED_RATIO: "1",
+    VOLTAGE: "V",
+    PSTATE: "1",
+    DPM_LEVEL: "1",
+    PCIE_LINK_GENERATION: "1",
+    PCIE_LINK_WIDTH: "{lane}",
 }
 
 # The attribute that distinguishes series of one metric on one GPU.
@@ -60,6 +74,10 @@ SERIES_ATTRIBUTE: Final[dict[str, str]] = {
     CLOCK_MAX: "clock",
     THROTTLE: "reason",
     ERRORS: "error.type",
+    FAN_SPEED: "fan",
+    FAN_SPEED_RATIO: "fan",
+    VOLTAGE: "sensor",
+    DPM_LEVEL: "clock",
 }
 
 THROTTLE_REASONS: Final = ("power", "thermal", "current", "other")

@@ -18,7 +18,7 @@ from aaco.agent.sources.smi.backends import open_backend
 from aaco.agent.sources.smi.pods import PodAttribution
 from aaco.contract.stats import Stats
 from aaco.contract.telemetry import GpuIdentity
-from tests.conftest import sample_bytes
+from tests.conftest import ROOT, sample_bytes
 from tests.support.fake_kubelet import FakeKubelet, pod
 
 from .helpers import http_get, metric_value, read_lake, run_aaco, run_aaco_each, start_aaco, wait_for
@@ -216,6 +216,26 @@ def test_cli_prints_a_snapshot_as_json(
         if r["device"] == "0" and r["metric"] == metric and all(r["attributes"].get(k) == v for k, v in attrs.items())
     ]
     assert [r["value"] for r in hit] == [expected]
+
+
+def test_cli_reads_other_projects_captures(aaco_bin: str):
+    """Real captures of tests/data: fans of a dual-GPU v13 log (gzip), a vGPU's placeholder zeros left
+    out, rocm-smi 6.0's "N/A (Secondary die)" absent without a warning, a PCI id never a model."""
+    data = ROOT / "tests" / "data"
+    dual, vgpu, rocm, old = run_aaco_each(
+        aaco_bin,
+        ("telemetry", "-f", str(data / "nvidia-smi" / "dual_a5000-v13.xml.gz"), "--json"),
+        ("telemetry", "-f", str(data / "nvidia-smi" / "tesla_p4.xml"), "--json"),
+        ("telemetry", "-f", str(data / "rocm-smi" / "rx6700xt_rocm602.json"), "--json"),
+        ("telemetry", "-f", str(data / "rocm-smi" / "rx6700xt_rocm430.json")),
+    )
+    for res in (dual, vgpu, rocm, old):
+        assert res.returncode == 0 and res.stderr == "", res.stderr
+    fans = [(r["device"], r["value"]) for r in json.loads(dual.stdout) if r["metric"] == "hw.fan.speed_ratio"]
+    assert fans == [("0", 0.3), ("1", 0.3)]
+    assert not {"hw.temperature", "aaco.gpu.clock.frequency"} & {r["metric"] for r in json.loads(vgpu.stdout)}
+    assert "hw.power" not in {r["metric"] for r in json.loads(rocm.stdout)}
+    assert "67XA6S" in old.stdout and "0x1002" not in old.stdout
 
 
 def test_cli_table_and_bad_input(samples: Path, aaco_bin: str, tmp_path: Path):

@@ -41,6 +41,11 @@ class FakeGpu:
     max_clocks: dict[int, int] = field(default_factory=lambda: {0: 1980, 1: 1980, 2: 2619, 3: 1755})
     reasons: int = 0
     ecc: tuple[int, int] = (3, 0)
+    pstate: int = 0
+    pcie: tuple[int, int] = (5, 16)  # current link generation, width
+    fans: tuple[int, ...] = ()  # % per fan: an H100 has none
+    fan_rpm: int = 0  # fan 0's
+    virtualization_mode: int = 0  # NVML_GPU_VIRTUALIZATION_MODE_NONE
     lost: bool = False
     unsupported: set[str] = field(default_factory=set)
 
@@ -55,6 +60,8 @@ def fake_nvml(gpus: list[FakeGpu]) -> types.ModuleType:
     mod.NVML_CLOCK_GRAPHICS, mod.NVML_CLOCK_SM, mod.NVML_CLOCK_MEM, mod.NVML_CLOCK_VIDEO = 0, 1, 2, 3
     mod.NVML_MEMORY_ERROR_TYPE_CORRECTED, mod.NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 0, 1
     mod.NVML_AGGREGATE_ECC = 1
+    mod.NVML_GPU_VIRTUALIZATION_MODE_VGPU = 2
+    mod.NVML_PSTATE_UNKNOWN = 32
     mod.nvmlClocksEventReasonGpuIdle = 0x1
     mod.nvmlClocksEventReasonSwPowerCap = 0x4
     mod.nvmlClocksEventReasonHwSlowdown = 0x8
@@ -132,6 +139,37 @@ def fake_nvml(gpus: list[FakeGpu]) -> types.ModuleType:
         assert counter == 1
         return handle("nvmlDeviceGetTotalEccErrors", h).ecc[kind]
 
+    def nvmlDeviceGetPerformanceState(h: FakeGpu) -> int:
+        return handle("nvmlDeviceGetPerformanceState", h).pstate
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(h: FakeGpu) -> int:
+        return handle("nvmlDeviceGetCurrPcieLinkGeneration", h).pcie[0]
+
+    def nvmlDeviceGetCurrPcieLinkWidth(h: FakeGpu) -> int:
+        return handle("nvmlDeviceGetCurrPcieLinkWidth", h).pcie[1]
+
+    def nvmlDeviceGetNumFans(h: FakeGpu) -> int:
+        return len(handle("nvmlDeviceGetNumFans", h).fans)
+
+    def fan(fn: str, h: FakeGpu, i: int) -> int:
+        g = handle(fn, h)
+        if i >= len(g.fans):
+            raise NVMLError(3)  # no such fan: NOT_SUPPORTED, as on a board without fans
+        return g.fans[i]
+
+    def nvmlDeviceGetFanSpeed(h: FakeGpu) -> int:
+        return fan("nvmlDeviceGetFanSpeed", h, 0)
+
+    def nvmlDeviceGetFanSpeed_v2(h: FakeGpu, i: int) -> int:
+        return fan("nvmlDeviceGetFanSpeed_v2", h, i)
+
+    def nvmlDeviceGetFanSpeedRPM(h: FakeGpu) -> int:
+        fan("nvmlDeviceGetFanSpeedRPM", h, 0)
+        return h.fan_rpm
+
+    def nvmlDeviceGetVirtualizationMode(h: FakeGpu) -> int:
+        return handle("nvmlDeviceGetVirtualizationMode", h).virtualization_mode
+
     for fn in list(locals().values()):
         if callable(fn) and getattr(fn, "__name__", "").startswith("nvml"):
             setattr(mod, fn.__name__, fn)
@@ -166,6 +204,10 @@ class FakeAmdGpu:
         default_factory=lambda: {"energy_accumulator": 1_000_000, "counter_resolution": 15.3, "timestamp": 1}
     )
     indep_throttle_status: int | str = 1 << 32  # TEMP_GPU: thermal
+    fan: tuple[int, int, int] | None = None  # speed (of max), max, rpm of fan 0; an MI300X has none
+    vddgfx_mv: int | None = 750
+    pcie: dict[str, Any] = field(default_factory=lambda: {"pcie_width": 16, "pcie_speed": 32000})  # MT/s
+    dpm: dict[str, int] = field(default_factory=lambda: {"GFX": 3, "MEM": 1})  # current DPM level per clock
     gone: bool = False
 
 
@@ -182,6 +224,8 @@ def fake_amdsmi(gpus: list[FakeAmdGpu]) -> types.ModuleType:
         "AmdSmiClkType", {"SYS": 0, "GFX": 0, "DF": 1, "DCEF": 2, "SOC": 3, "MEM": 4, "VCLK0": 6, "DCLK0": 8}
     )
     mod.AmdSmiMemoryType = enum.IntEnum("AmdSmiMemoryType", {"VRAM": 0, "VIS_VRAM": 1, "GTT": 2})
+    mod.AmdSmiVoltageType = enum.IntEnum("AmdSmiVoltageType", {"VDDGFX": 0, "INVALID": 1})
+    mod.AmdSmiVoltageMetric = enum.IntEnum("AmdSmiVoltageMetric", {"CURRENT": 0, "MAX": 1, "MIN": 3})
     state = {"init": 0, "shutdown": 0}
     mod.state = state
 
@@ -241,6 +285,38 @@ def fake_amdsmi(gpus: list[FakeAmdGpu]) -> types.ModuleType:
     def amdsmi_get_gpu_total_ecc_count(h: FakeAmdGpu) -> dict[str, Any]:
         g_(h)
         return {"correctable_count": 4, "uncorrectable_count": 1, "deferred_count": 0}
+
+    def fan(h: FakeAmdGpu, sensor: int, i: int) -> int:
+        g = g_(h)
+        if g.fan is None or sensor != 0:
+            raise AmdSmiLibraryException(2)  # AMDSMI_STATUS_NOT_SUPPORTED: no fan
+        return g.fan[i]
+
+    def amdsmi_get_gpu_fan_speed(h: FakeAmdGpu, sensor: int) -> int:
+        return fan(h, sensor, 0)
+
+    def amdsmi_get_gpu_fan_speed_max(h: FakeAmdGpu, sensor: int) -> int:
+        return fan(h, sensor, 1)
+
+    def amdsmi_get_gpu_fan_rpms(h: FakeAmdGpu, sensor: int) -> int:
+        return fan(h, sensor, 2)
+
+    def amdsmi_get_gpu_volt_metric(h: FakeAmdGpu, sensor: Any, metric: Any) -> int:
+        g = g_(h)
+        assert (int(sensor), int(metric)) == (0, 0)  # VDDGFX, CURRENT
+        if g.vddgfx_mv is None:
+            raise AmdSmiLibraryException(2)
+        return g.vddgfx_mv
+
+    def amdsmi_get_pcie_info(h: FakeAmdGpu) -> dict[str, Any]:
+        static = {"max_pcie_width": 16, "max_pcie_speed": 32000, "pcie_interface_version": 5, "slot_type": "OAM"}
+        return {"pcie_static": static, "pcie_metric": {**g_(h).pcie, "pcie_bandwidth": "N/A"}}
+
+    def amdsmi_get_clk_freq(h: FakeAmdGpu, clk: Any) -> dict[str, Any]:
+        name = {0: "GFX", 4: "MEM"}.get(int(clk), "")
+        if name not in g_(h).dpm:
+            raise AmdSmiLibraryException(2)
+        return {"num_supported": 4, "current": h.dpm[name], "frequency": [500e6, 900e6, 1500e6, 2100e6]}
 
     def amdsmi_get_gpu_metrics_info(h: FakeAmdGpu) -> dict[str, Any]:
         return {"common_header.format_revision": 1, "indep_throttle_status": g_(h).indep_throttle_status}

@@ -155,3 +155,76 @@ def test_amdsmi_na_values_and_a_gone_device():
     snap = backend.sample()
     assert [g.gpu.index for g in snap.gpus] == ["0"]
     assert [p.field for p in snap.problems] == ["gpu[1]"]
+
+
+def test_nvml_fans_pstate_and_pcie_link():
+    gpus = [FakeGpu(fans=(30, 32), fan_rpm=1450, pstate=2, pcie=(4, 8)), FakeGpu(uuid="GPU-2")]
+    nvml = fake_nvml(gpus)
+    backend = open_backend("nvml", BackendOptions(modules={"pynvml": nvml}))
+    for _ in range(2):
+        snap = backend.sample()
+    assert value(snap, "0", "hw.fan.speed_ratio", fan="0") == 0.30
+    assert value(snap, "0", "hw.fan.speed_ratio", fan="1") == 0.32
+    assert value(snap, "0", "hw.fan.speed", fan="0") == 1450
+    assert value(snap, "0", "aaco.gpu.pstate") == 2
+    assert value(snap, "0", "aaco.gpu.pcie.link.generation") == 4
+    assert value(snap, "0", "aaco.gpu.pcie.link.width") == 8
+    # an H100 has no fans: counted once per GPU, no fan reading, no problem
+    assert not any(r.metric.startswith("hw.fan") for r in snap.gpus[1].readings)
+    assert nvml.calls.count("nvmlDeviceGetNumFans") == 2
+    assert nvml.calls.count("nvmlDeviceGetFanSpeed_v2") == 2 * 2
+    assert snap.problems == []
+    backend.close()
+
+
+def test_nvml_without_a_fan_count_reads_the_one_fan_speed():
+    gpu = FakeGpu(fans=(41,), pstate=32, unsupported={"nvmlDeviceGetNumFans", "nvmlDeviceGetFanSpeedRPM"})
+    snap = open_backend("nvml", BackendOptions(modules={"pynvml": fake_nvml([gpu])})).sample()
+    assert value(snap, "0", "hw.fan.speed_ratio", fan="0") == 0.41
+    assert not any(r.metric in ("hw.fan.speed", "aaco.gpu.pstate") for r in snap.gpus[0].readings)  # P-state unknown
+
+
+def test_nvml_vgpu_guest_zeros_are_absent():
+    vgpu = FakeGpu(
+        virtualization_mode=2,  # NVML_GPU_VIRTUALIZATION_MODE_VGPU
+        temp=0,
+        power_mw=0,
+        clocks=dict.fromkeys(range(4), 0),
+        max_clocks=dict.fromkeys(range(4), 0),
+        util=(0, 0),
+        fans=(0,),
+    )
+    passthrough = FakeGpu(uuid="GPU-2", virtualization_mode=1, clocks={0: 0, 1: 0, 2: 405, 3: 555}, fans=(0,))
+    snap = open_backend("nvml", BackendOptions(modules={"pynvml": fake_nvml([vgpu, passthrough])})).sample()
+    guest = {r.metric for r in snap.gpus[0].readings}
+    assert not guest & {
+        "hw.temperature",
+        "hw.power",
+        "aaco.gpu.clock.frequency",
+        "aaco.gpu.clock.max",
+        "hw.fan.speed_ratio",
+    }
+    assert value(snap, "0", "hw.gpu.utilization") == 0.0  # the guest's own
+    assert value(snap, "1", "aaco.gpu.clock.frequency", clock="graphics") == 0.0  # a gated clock of a whole GPU
+    assert value(snap, "1", "hw.fan.speed_ratio", fan="0") == 0.0
+
+
+def test_amdsmi_fan_voltage_pcie_dpm_levels_and_names():
+    gpus = [
+        FakeAmdGpu(fan=(51, 255, 981), market_name="0x74a1"),  # a device id padded into market_name
+        FakeAmdGpu(uuid="b", vddgfx_mv=None, pcie={"pcie_width": "N/A", "pcie_speed": 16000}, dpm={}),
+    ]
+    snap = open_backend("amdsmi", BackendOptions(modules={"amdsmi": fake_amdsmi(gpus)})).sample()
+    assert snap.gpus[0].gpu.model == "AMD Instinct MI300X"  # device 0x74A1 in amdgpu.ids
+    assert value(snap, "0", "hw.fan.speed_ratio", fan="0") == 51 / 255
+    assert value(snap, "0", "hw.fan.speed", fan="0") == 981
+    assert value(snap, "0", "hw.voltage", sensor="graphics") == 0.75
+    assert value(snap, "0", "aaco.gpu.pcie.link.generation") == 5  # 32000 MT/s
+    assert value(snap, "0", "aaco.gpu.pcie.link.width") == 16
+    assert value(snap, "0", "aaco.gpu.dpm.level", clock="graphics") == 3
+    assert value(snap, "0", "aaco.gpu.dpm.level", clock="memory") == 1
+    assert not any(r.attrs == (("sensor", "edge"),) for r in snap.gpus[0].readings)  # MI300X's edge reads 0
+    second = {r.metric for r in snap.gpus[1].readings}
+    assert not second & {"hw.fan.speed_ratio", "hw.voltage", "aaco.gpu.pcie.link.width", "aaco.gpu.dpm.level"}
+    assert value(snap, "1", "aaco.gpu.pcie.link.generation") == 4
+    assert snap.problems == []

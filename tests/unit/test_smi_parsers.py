@@ -15,7 +15,8 @@ from aaco.agent.sources.smi.amd_smi import parse_amd_smi
 from aaco.agent.sources.smi.capture import read_capture, sniff
 from aaco.agent.sources.smi.nvidia_smi import parse_nvidia_smi
 from aaco.agent.sources.smi.rocm_smi import parse_rocm_smi
-from aaco.agent.sources.smi.sysfs import DirTree, SysfsReader, read_sysfs
+from aaco.agent.sources.smi.sysfs import SysfsReader, read_sysfs
+from aaco.agent.sources.smi.sysfs_tree import DirTree
 from aaco.agent.sources.smi.values import TelemetryFormatError, number, scale
 from aaco.contract.telemetry import GpuSample, Snapshot, normalize_pci, to_table
 from tests.conftest import sample_bytes
@@ -255,8 +256,12 @@ def test_sysfs_acceptance_values(sysfs_root: Path):
     assert value(snap, "0", "aaco.gpu.clock.frequency", clock="graphics") == 852e6
     assert value(snap, "0", "aaco.gpu.clock.max", clock="graphics") == 1630e6
     assert value(snap, "0", "aaco.gpu.clock.frequency", clock="memory") == 167e6
+    assert value(snap, "0", "aaco.gpu.pcie.link.generation") == 3  # current_link_speed 8.0 GT/s
+    assert value(snap, "0", "aaco.gpu.pcie.link.width") == 16
+    assert value(snap, "0", "aaco.gpu.dpm.level", clock="soc") == 1  # pp_dpm_socclk's "1: ... *"
     g = snap.gpus[0].gpu
-    assert (g.pci_bus, g.uuid, g.model) == ("0000:09:00.0", "0123456789abcdef", "amdgpu 0x687f")
+    # product_name is empty: device 0x687f revision 0xc1 in libdrm's amdgpu.ids
+    assert (g.pci_bus, g.uuid, g.model) == ("0000:09:00.0", "0123456789abcdef", "AMD Radeon RX Vega")
     assert snap.problems == []
 
 

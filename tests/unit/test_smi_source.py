@@ -311,10 +311,10 @@ def test_sysfs_gpu_that_falls_off_the_bus_and_comes_back(samples: Path, tmp_path
 
 
 def test_sysfs_device_errors_drop_the_gpu(samples: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    from aaco.agent.sources.smi import sysfs, ttar
+    from aaco.agent.sources.smi import sysfs, sysfs_tree, ttar
 
     ttar.unpack(ttar.read((samples / "sysfs" / "amdgpu_card0.ttar").read_text()), tmp_path)
-    tree = sysfs.DirTree(tmp_path / "fixtures" / "sys")
+    tree = sysfs_tree.DirTree(tmp_path / "fixtures" / "sys")
     fail_reads_of("gpu_busy_percent", monkeypatch)
     snap = sysfs.read_sysfs(tree)
     assert snap.gpus == []

@@ -10,6 +10,7 @@ from aaco.agent.sources.smi.capture import read_capture
 from aaco.analyzers.telemetry import TelemetryAnalyzer
 from aaco.contract.schemas import EventBatch, conform
 from aaco.contract.telemetry import to_table
+from tests.conftest import ROOT
 
 
 def batch(path: Path, ts: int, source: str = "smi", pods: dict | None = None) -> EventBatch:
@@ -201,3 +202,22 @@ def test_repeated_rows_count_their_drops_and_bring_back_expired_series(samples: 
     once = capped.snapshot().dropped["max_series"]
     capped.update(with_values(rows, 2, 1.0))
     assert capped.snapshot().dropped["max_series"] == 2 * once
+
+
+def test_fans_pstate_pcie_voltage_and_dpm_levels_reach_their_definitions():
+    data = ROOT / "tests" / "data"
+    a = TelemetryAnalyzer()
+    a.update(batch(data / "nvidia-smi" / "dual_a5000-v13.xml.gz", 1_000))
+    a.update(batch(data / "nvidia-smi" / "a10g.xml", 1_000, source="a10g"))
+    a.update(batch(data / "rocm-smi" / "vega-10-XT.json", 1_000, source="rocm"))
+    pts = points(a.snapshot())
+    assert find(pts, "aaco_gpu_fan_speed_ratio", gpu="1", fan="0", model="NVIDIA RTX A5000") == 0.3
+    assert find(pts, "aaco_gpu_pstate", gpu="1", model="NVIDIA RTX A5000") == 8
+    assert find(pts, "aaco_gpu_pcie_link_generation", gpu="0", model="NVIDIA RTX A5000") == 1
+    assert find(pts, "aaco_gpu_pcie_link_width", gpu="0", model="NVIDIA A10G") == 8
+    assert find(pts, "aaco_gpu_voltage_volts", model="NVIDIA A10G", sensor="graphics") == 0.69375
+    assert find(pts, "aaco_gpu_fan_speed_rpm", model="AMD Radeon Pro WX 9100", fan="0") == 682
+    assert find(pts, "aaco_gpu_dpm_level", model="AMD Radeon Pro WX 9100", clock="graphics") == 3
+    assert "unknown_metric" not in a.snapshot().dropped
+    doc = a.snapshot().to_dict()
+    assert doc["gpus"][0]["readings"]["hw.fan.speed_ratio{fan=0}"] == 0.3

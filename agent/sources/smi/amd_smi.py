@@ -5,10 +5,13 @@ instance (``gfx_0``..``gfx_7``, ``mem_0``, ``vclk_0``, ...): the first instance 
 stands for its domain (on MI300 the XCD graphics clocks move together). amd-smi's ``hotspot`` is
 the junction sensor. Throttling: ``power.throttle_status`` (THROTTLED / UNTHROTTLED) says whether
 the GPU is throttled; the ``throttle`` section's ``*_violation_status`` fields, where the GPU has
-them, say why. Throttled without a stated reason reads as reason ``other``.
+them, say why. Throttled without a stated reason reads as reason ``other``. ``fan`` gives fan
+``0``'s speed (``usage`` %, else ``speed`` of ``max``) and ``rpm``; ``power``'s ``gfx_voltage`` /
+``soc_voltage`` / ``mem_voltage`` the voltages; ``pcie``'s ``width`` and ``speed`` (GT/s) the link.
 
 ``amd-smi list --json`` (``gpu``, ``bdf``, ``uuid``) and ``amd-smi static --asic --json``
-(``market_name``) give identities; ``parse_identities`` reads them.
+(``market_name``, else the marketing name of ``device_id`` and ``rev_id``: ``amdgpu_ids``) give
+identities; ``parse_identities`` reads them.
 """
 
 from __future__ import annotations
@@ -17,20 +20,27 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from aaco.agent.sources.smi.values import Fields, TelemetryFormatError
+from aaco.agent.sources.smi.amdgpu_ids import model_name
+from aaco.agent.sources.smi.placeholders import drop_placeholders
+from aaco.agent.sources.smi.values import Fields, TelemetryFormatError, missing, pcie_generation
 from aaco.contract.telemetry import (
     CLOCK,
     CLOCK_MAX,
     ENERGY,
     ERRORS,
+    FAN_SPEED,
+    FAN_SPEED_RATIO,
     MEMORY_LIMIT,
     MEMORY_USAGE,
     MEMORY_UTILIZATION,
+    PCIE_LINK_GENERATION,
+    PCIE_LINK_WIDTH,
     POWER,
     TEMPERATURE,
     THROTTLE,
     THROTTLE_REASONS,
     UTILIZATION,
+    VOLTAGE,
     GpuIdentity,
     GpuSample,
     Snapshot,
@@ -71,6 +81,7 @@ _VIOLATIONS: Final[dict[str, str]] = {
     "hbm_thermal": "thermal",
     "gfx_clk_below_host_limit_thermal": "thermal",
 }
+_VOLTAGES: Final = (("gfx_voltage", "graphics"), ("soc_voltage", "soc"), ("mem_voltage", "memory"))
 _ACTIVE: Final = frozenset({"active", "throttled", "true", "yes", "1", "enabled"})
 _INACTIVE: Final = frozenset({"not active", "inactive", "unthrottled", "false", "no", "0", "disabled"})
 
@@ -105,8 +116,10 @@ def parse_identities(list_doc: Any, static_doc: Any, subject: str) -> dict[str, 
     names: dict[str, str] = {}
     if static_doc is not None:
         for e in gpu_list(static_doc, subject):
-            if isinstance(e, Mapping) and isinstance(e.get("asic"), Mapping):
-                names[str(e.get("gpu"))] = str(e["asic"].get("market_name") or "")
+            if isinstance(e, Mapping) and isinstance(asic := e.get("asic"), Mapping):
+                names[str(e.get("gpu"))] = model_name(
+                    [asic.get("market_name")], asic.get("device_id"), asic.get("rev_id")
+                )
     out = {}
     for e in gpu_list(list_doc, subject):
         if not isinstance(e, Mapping) or "gpu" not in e:
@@ -149,6 +162,8 @@ def parse_amd_smi(doc: Any, subject: str, identities: Mapping[str, GpuIdentity] 
         _temperatures(f, entry, where, s)
         _memory(f, entry, where, s)
         _energy_and_ecc(f, entry, where, s)
+        _fan_and_pcie(f, entry, where, s)
+        drop_placeholders(s)
         snap.gpus.append(s)
     snap.problems = f.problems
     return snap
@@ -167,11 +182,13 @@ def _power(f: Fields, e: Mapping[str, Any], where: str, s: GpuSample) -> None:
         if watts is not None:
             s.add(POWER, watts)
             break
+    for key, sensor in _VOLTAGES:
+        s.add(VOLTAGE, f.with_unit(power.get(key), f"{where}.power.{key}", "v", "mV"), sensor=sensor)
     reasons: dict[str, bool] = {}
     throttle = f.section(e, "throttle", where)
     for prefix, reason in _VIOLATIONS.items():
         raw = throttle.get(f"{prefix}_violation_status")
-        if raw is None or (isinstance(raw, str) and raw.strip().upper() == "N/A"):
+        if missing(raw):
             continue
         active = _flag(raw)
         if active is None:
@@ -179,8 +196,8 @@ def _power(f: Fields, e: Mapping[str, Any], where: str, s: GpuSample) -> None:
             continue
         reasons[reason] = reasons.get(reason, False) or active
     status = power.get("throttle_status")
-    throttled = None if status is None or status == "N/A" else _flag(status)
-    if status not in (None, "N/A") and throttled is None:
+    throttled = None if missing(status) else _flag(status)
+    if not missing(status) and throttled is None:
         f.problem(f"{where}.power.throttle_status", f"not a throttle status: {status!r}")
     if throttled is False:
         reasons = dict.fromkeys(THROTTLE_REASONS, False)
@@ -200,7 +217,7 @@ def _clocks(f: Fields, e: Mapping[str, Any], where: str, s: GpuSample) -> None:
             continue
         c = clocks[key]
         if not isinstance(c, Mapping):
-            if c not in (None, "N/A"):
+            if not missing(c):
                 f.problem(f"{where}.clock.{key}", f"expected a section, got {type(c).__name__}")
             continue
         s.add(CLOCK, f.with_unit(c.get("clk"), f"{where}.clock.{key}.clk", "hz", "MHz"), clock=domain)
@@ -245,3 +262,17 @@ def _energy_and_ecc(f: Fields, e: Mapping[str, Any], where: str, s: GpuSample) -
         f.num(ecc.get("total_uncorrectable_count"), f"{where}.ecc.total_uncorrectable_count"),
         error_type="uncorrected",
     )
+
+
+def _fan_and_pcie(f: Fields, e: Mapping[str, Any], where: str, s: GpuSample) -> None:
+    fan = f.section(e, "fan", where)
+    ratio = f.with_unit(fan.get("usage"), f"{where}.fan.usage", "ratio", "%")
+    if ratio is None:
+        speed, top = f.num(fan.get("speed"), f"{where}.fan.speed"), f.num(fan.get("max"), f"{where}.fan.max")
+        ratio = speed / top if speed is not None and top else None
+    s.add(FAN_SPEED_RATIO, ratio, fan="0")
+    s.add(FAN_SPEED, f.num(fan.get("rpm"), f"{where}.fan.rpm"), fan="0")
+    pcie = f.section(e, "pcie", where)
+    s.add(PCIE_LINK_WIDTH, f.num(pcie.get("width"), f"{where}.pcie.width"))
+    rate = f.with_unit(pcie.get("speed"), f"{where}.pcie.speed", "gt/s", "GT/s")
+    s.add(PCIE_LINK_GENERATION, None if rate is None else pcie_generation(rate))

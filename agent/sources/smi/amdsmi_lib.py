@@ -6,7 +6,13 @@ Per processor handle: ``amdsmi_get_gpu_activity`` (gfx/umc activity, %), ``amdsm
 ``amdsmi_get_gpu_memory_usage`` / ``_total`` (VRAM, bytes), ``amdsmi_get_energy_count``
 (accumulator x resolution, microjoules), ``amdsmi_get_gpu_total_ecc_count`` and
 ``amdsmi_get_gpu_metrics_info`` (``indep_throttle_status`` for throttle reasons, see
-``gpu_metrics``). Values the library reports as ``"N/A"`` are left out; a call that raises
+``gpu_metrics``), fan 0 (``amdsmi_get_gpu_fan_speed`` of ``_fan_speed_max``, ``_fan_rpms``), the
+graphics voltage (``amdsmi_get_gpu_volt_metric`` VDDGFX, mV), the PCIe link
+(``amdsmi_get_pcie_info``'s ``pcie_metric``: width, speed in MT/s) and the graphics and memory DPM
+levels (``amdsmi_get_clk_freq``'s ``current``). The model is ``market_name`` unless the library
+padded a device id there (``0x74a1``), else the marketing name of ``device_id`` / ``rev_id``
+(``amdgpu_ids``). Values the library reports as ``"N/A"`` are left out, as are zeros that cannot
+be readings (``placeholders``); a call that raises
 ``AmdSmiLibraryException`` for an unsupported query is skipped, one that says the device is gone
 drops the GPU from the sample. The module is passed in (tests use a fake with the library's API
 shape).
@@ -19,21 +25,29 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Final, TypeVar
 
+from aaco.agent.sources.smi.amdgpu_ids import model_name
 from aaco.agent.sources.smi.gpu_metrics import throttle_reasons
-from aaco.agent.sources.smi.values import Fields
+from aaco.agent.sources.smi.placeholders import drop_placeholders
+from aaco.agent.sources.smi.values import Fields, pcie_generation
 from aaco.contract.telemetry import (
     CLOCK,
     CLOCK_MAX,
+    DPM_LEVEL,
     ENERGY,
     ERRORS,
+    FAN_SPEED,
+    FAN_SPEED_RATIO,
     MEMORY_LIMIT,
     MEMORY_USAGE,
     MEMORY_UTILIZATION,
+    PCIE_LINK_GENERATION,
+    PCIE_LINK_WIDTH,
     POWER,
     TEMPERATURE,
     THROTTLE,
     THROTTLE_REASONS,
     UTILIZATION,
+    VOLTAGE,
     GpuIdentity,
     GpuSample,
     Snapshot,
@@ -101,7 +115,7 @@ class AmdSmiReader:
                 str(i),
                 uuid=str(self._q(f, where, lib.amdsmi_get_gpu_device_uuid, h) or ""),
                 pci_bus=normalize_pci(str(self._q(f, where, lib.amdsmi_get_gpu_device_bdf, h) or "")),
-                model=str(asic.get("market_name") or ""),
+                model=model_name([asic.get("market_name")], asic.get("device_id"), asic.get("rev_id")),
                 vendor="amd",
             )
         )
@@ -152,7 +166,29 @@ class AmdSmiReader:
             reasons = throttle_reasons(bits)
             for reason in THROTTLE_REASONS:
                 s.add(THROTTLE, float(reasons[reason]), reason=reason)
+        self._fan_voltage_pcie(f, where, h, s)
+        drop_placeholders(s)
         return s
+
+    def _fan_voltage_pcie(self, f: Fields, where: str, h: Any, s: GpuSample) -> None:
+        """Fan 0, the graphics voltage, the PCIe link and the graphics and memory DPM levels."""
+        lib = self.lib
+        speed = f.num(self._q(f, where, lib.amdsmi_get_gpu_fan_speed, h, 0), f"{where}.fan_speed")
+        top = f.num(self._q(f, where, lib.amdsmi_get_gpu_fan_speed_max, h, 0), f"{where}.fan_speed_max")
+        s.add(FAN_SPEED_RATIO, speed / top if speed is not None and top else None, fan="0")
+        s.add(FAN_SPEED, f.num(self._q(f, where, lib.amdsmi_get_gpu_fan_rpms, h, 0), f"{where}.fan_rpms"), fan="0")
+        mv = self._q(
+            f, where, lib.amdsmi_get_gpu_volt_metric, h, lib.AmdSmiVoltageType.VDDGFX, lib.AmdSmiVoltageMetric.CURRENT
+        )
+        volts = f.num(mv, f"{where}.volt.VDDGFX")
+        s.add(VOLTAGE, None if volts is None else volts / 1000.0, sensor="graphics")
+        link = (self._q(f, where, lib.amdsmi_get_pcie_info, h) or {}).get("pcie_metric") or {}
+        s.add(PCIE_LINK_WIDTH, f.num(link.get("pcie_width"), f"{where}.pcie_metric.pcie_width"))
+        mts = f.num(link.get("pcie_speed"), f"{where}.pcie_metric.pcie_speed")
+        s.add(PCIE_LINK_GENERATION, None if mts is None else pcie_generation(mts / 1000.0))
+        for name, clock in (("GFX", "graphics"), ("MEM", "memory")):
+            freq = self._q(f, where, lib.amdsmi_get_clk_freq, h, lib.AmdSmiClkType[name]) or {}
+            s.add(DPM_LEVEL, f.num(freq.get("current"), f"{where}.clk_freq.{name}.current"), clock=clock)
 
 
 def _pct(f: Fields, value: Any, path: str) -> float | None:

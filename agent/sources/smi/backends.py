@@ -29,7 +29,8 @@ from aaco.agent.sources.smi.capture import read_capture
 from aaco.agent.sources.smi.nvidia_smi import parse_nvidia_smi
 from aaco.agent.sources.smi.nvml import NvmlReader
 from aaco.agent.sources.smi.rocm_smi import parse_rocm_smi
-from aaco.agent.sources.smi.sysfs import DirTree, SysfsReader, amd_cards
+from aaco.agent.sources.smi.sysfs import SysfsReader, amd_cards
+from aaco.agent.sources.smi.sysfs_tree import DirTree
 from aaco.agent.sources.smi.values import TelemetryFormatError
 from aaco.contract.telemetry import GpuIdentity, Snapshot
 
@@ -48,6 +49,9 @@ ROCM_SMI_ARGS: Final = (
     "--showproductname",
     "--showbus",
     "--showuniqueid",
+    "--showid",
+    "--showfan",
+    "--showvoltage",
     "--json",
 )
 IDENTITY_REFRESH_S: Final = 60.0

@@ -19,7 +19,8 @@ import orjson
 from aaco.agent.sources.smi.amd_smi import parse_amd_smi
 from aaco.agent.sources.smi.nvidia_smi import parse_nvidia_smi
 from aaco.agent.sources.smi.rocm_smi import parse_rocm_smi
-from aaco.agent.sources.smi.sysfs import ArchiveTree, read_sysfs
+from aaco.agent.sources.smi.sysfs import read_sysfs
+from aaco.agent.sources.smi.sysfs_tree import ArchiveTree
 from aaco.agent.sources.smi.ttar import TtarError
 from aaco.agent.sources.smi.ttar import read as read_archive
 from aaco.agent.sources.smi.values import TelemetryFormatError

@@ -9,28 +9,41 @@ core sensor is reported as sensor ``edge`` (NVIDIA has no hotspot sensor in this
 sensor plays the role of AMD's edge sensor, with slowdown thresholds around 90 C), memory as
 ``memory``. ECC counts are the aggregate (lifetime) counters. MIG instances are not reported
 separately: their parent GPU is.
+
+``fan_speed`` (``30 %``, the first fan's) is fan ``0``'s speed ratio; ``performance_state`` (``P8``) the
+P-state; ``pci/pci_gpu_link_info`` the PCIe link's current generation and width (``16x``);
+``voltage/graphics_volt`` (``912.500 mV``, older schemas only) the graphics voltage. A vGPU guest
+(``gpu_virtualization_mode/virtualization_mode`` VGPU) prints 0 for the sensors it cannot see: those
+zeros are left out, as are other zeros that cannot be readings (``placeholders``).
 """
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from typing import Final
 
-from aaco.agent.sources.smi.values import Fields, TelemetryFormatError
+from aaco.agent.sources.smi.placeholders import drop_placeholders
+from aaco.agent.sources.smi.values import Fields, TelemetryFormatError, missing
 from aaco.contract.telemetry import (
     CLOCK,
     CLOCK_MAX,
     ENERGY,
     ERRORS,
+    FAN_SPEED_RATIO,
     MEMORY_LIMIT,
     MEMORY_USAGE,
     MEMORY_UTILIZATION,
+    PCIE_LINK_GENERATION,
+    PCIE_LINK_WIDTH,
     POWER,
     POWER_LIMIT,
+    PSTATE,
     TEMPERATURE,
     THROTTLE,
     THROTTLE_REASONS,
     UTILIZATION,
+    VOLTAGE,
     GpuIdentity,
     GpuSample,
     Snapshot,
@@ -38,6 +51,8 @@ from aaco.contract.telemetry import (
 )
 
 FORMAT: Final = "nvidia-smi"
+_PSTATE = re.compile(r"^P(\d{1,2})$")
+_LINK: Final = "pci/pci_gpu_link_info"
 
 _CLOCKS: Final = (("graphics_clock", "graphics"), ("sm_clock", "sm"), ("mem_clock", "memory"), ("video_clock", "video"))
 # reason element suffix -> reason (None: not a throttle)
@@ -112,13 +127,29 @@ def parse_nvidia_smi(text: str | bytes, subject: str) -> Snapshot:
         for tag, clock in _CLOCKS:
             s.add(CLOCK, val(f"clocks/{tag}", "hz", "MHz"), clock=clock)
             s.add(CLOCK_MAX, val(f"max_clocks/{tag}", "hz", "MHz"), clock=clock)
+        s.add(FAN_SPEED_RATIO, val("fan_speed", "ratio", "%"), fan="0")
+        s.add(PSTATE, _pstate(f, text("performance_state"), f"{where}/performance_state"))
+        s.add(PCIE_LINK_GENERATION, f.num(text(f"{_LINK}/pcie_gen/current_link_gen"), f"{where}/{_LINK}/pcie_gen"))
+        s.add(PCIE_LINK_WIDTH, f.num(text(f"{_LINK}/link_widths/current_link_width"), f"{where}/{_LINK}/link_widths"))
+        s.add(VOLTAGE, val("voltage/graphics_volt", "v", "mV"), sensor="graphics")
         _throttle(f, gpu, where, s)
         _ecc(f, gpu, where, s)
+        drop_placeholders(s, vgpu=text("gpu_virtualization_mode/virtualization_mode").upper() == "VGPU")
         snap.gpus.append(s)
     if not snap.gpus and root.find("gpu") is None and root.find("attached_gpus") is None:
         raise TelemetryFormatError("not nvidia-smi XML: no <gpu> and no <attached_gpus>", subject=subject)
     snap.problems = f.problems
     return snap
+
+
+def _pstate(f: Fields, state: str, path: str) -> float | None:
+    """``P0``..``P15`` -> 0..15; None for "N/A" and "Unknown", a problem for anything else."""
+    m = _PSTATE.match(state)
+    if m is not None:
+        return float(m.group(1))
+    if not missing(state):
+        f.problem(path, f"expected a P-state (P0..P15), got {state!r}")
+    return None
 
 
 def _throttle(f: Fields, gpu: ET.Element, where: str, s: GpuSample) -> None:

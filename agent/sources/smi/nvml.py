@@ -3,7 +3,12 @@
 Per GPU: utilisation (GPU and memory), memory used/total, power and its enforced limit (mW), total
 energy (mJ), core
 temperature (reported as sensor ``edge``, see ``nvidia_smi``), graphics/SM/memory/video clocks and
-their maxima (MHz), clock event ("throttle") reasons, and aggregate ECC counts. A query the GPU
+their maxima (MHz), clock event ("throttle") reasons, aggregate ECC counts, the performance state
+(P0..P15), the PCIe link's current generation and width, and each fan's speed (% of its full
+speed, ``nvmlDeviceGetFanSpeed_v2`` per fan of ``nvmlDeviceGetNumFans``, else the one of
+``nvmlDeviceGetFanSpeed``; rpm of fan 0, the one ``nvmlDeviceGetFanSpeedRPM`` reads). Zeros that
+cannot be readings are left out (``placeholders``), on a vGPU guest
+(``nvmlDeviceGetVirtualizationMode``) its sensors' zeros too. A query the GPU
 does not support (``NVML_ERROR_NOT_SUPPORTED``) just leaves its reading out; ``GPU_IS_LOST`` (a
 GPU that fell off the bus) drops the GPU from the sample, so the source reports it down. The
 module is passed in (tests use a fake with nvidia-ml-py's API shape); NVML is initialised once
@@ -17,17 +22,23 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Final, TypeVar
 
+from aaco.agent.sources.smi.placeholders import drop_placeholders
 from aaco.agent.sources.smi.values import Fields
 from aaco.contract.telemetry import (
     CLOCK,
     CLOCK_MAX,
     ENERGY,
     ERRORS,
+    FAN_SPEED,
+    FAN_SPEED_RATIO,
     MEMORY_LIMIT,
     MEMORY_USAGE,
     MEMORY_UTILIZATION,
+    PCIE_LINK_GENERATION,
+    PCIE_LINK_WIDTH,
     POWER,
     POWER_LIMIT,
+    PSTATE,
     TEMPERATURE,
     THROTTLE,
     UTILIZATION,
@@ -38,11 +49,15 @@ from aaco.contract.telemetry import (
 )
 
 FORMAT: Final = "nvml"
-MAX_CACHED_CLOCKS: Final = 4 * 1024  # four clocks of up to 1024 GPUs seen over the reader's life
+MAX_CACHED: Final = (
+    8 * 1024
+)  # six facts (four maximum clocks, fans, mode) of up to 1024 GPUs seen over the reader's life
 T = TypeVar("T")
 
 NVML_ERROR_NOT_SUPPORTED: Final = 3
 NVML_ERROR_GPU_IS_LOST: Final = 15
+NVML_GPU_VIRTUALIZATION_MODE_VGPU: Final = 2  # a vGPU guest
+NVML_PSTATE_UNKNOWN: Final = 32
 
 # nvmlClocksEventReason* constant -> reason (the same masks as the older nvmlClocksThrottleReason*)
 EVENT_REASONS: Final = (
@@ -72,8 +87,9 @@ class NvmlReader:
         nvml.nvmlInit()
         self._open = True
         # Maximum clocks are fixed per board, and each nvmlDeviceGetMaxClockInfo costs ~1.5 ms of CPU (an
-        # H100, driver 580: 6 ms of a 11.4 ms sample for the four clocks), so they are read once per GPU.
-        self._max_clocks: dict[tuple[str, str], float | None] = {}
+        # H100, driver 580: 6 ms of a 11.4 ms sample for the four clocks), so they are read once per GPU,
+        # as are the other facts of a board (its number of fans, its virtualization mode).
+        self._fixed: dict[tuple[str, str], Any] = {}
 
     def close(self) -> None:
         """Shut NVML down (once)."""
@@ -109,17 +125,31 @@ class NvmlReader:
         snap.problems = f.problems
         return snap
 
-    def _max_clock(self, f: Fields, where: str, h: Any, uuid: str, kind: int, clock: str) -> float | None:
-        """A clock's maximum in Hz, read once per GPU (by UUID) and clock; read each time for a GPU without a UUID."""
-        key = (uuid, clock)
-        if not uuid or key not in self._max_clocks:
-            top = self._q(f, where, self.nvml.nvmlDeviceGetMaxClockInfo, h, kind)
-            if not uuid:
-                return None if top is None else top * 1e6
-            if len(self._max_clocks) >= MAX_CACHED_CLOCKS:
-                self._max_clocks.clear()
-            self._max_clocks[key] = None if top is None else top * 1e6
-        return self._max_clocks[key]
+    def _once(self, f: Fields, where: str, uuid: str, fact: str, fn: Callable[..., T], *args: Any) -> T | None:
+        """A fact fixed per board, read once per GPU (by UUID); read each time for a GPU without a UUID."""
+        if not uuid:
+            return self._q(f, where, fn, *args)
+        key = (uuid, fact)
+        if key not in self._fixed:
+            if len(self._fixed) >= MAX_CACHED:
+                self._fixed.clear()
+            self._fixed[key] = self._q(f, where, fn, *args)
+        return self._fixed[key]
+
+    def _fans(self, f: Fields, where: str, h: Any, s: GpuSample) -> None:
+        """Each fan's speed ratio (and fan 0's rpm); nothing on a board without fans."""
+        n = self.nvml
+        count_fans = getattr(n, "nvmlDeviceGetNumFans", None)
+        fans = self._once(f, where, s.gpu.uuid, "fans", count_fans, h) if count_fans is not None else None
+        if fans is None:  # a driver that does not count them: the one fan speed it reports
+            pct = self._q(f, where, n.nvmlDeviceGetFanSpeed, h)
+            s.add(FAN_SPEED_RATIO, None if pct is None else pct / 100.0, fan="0")
+            return
+        for i in range(int(fans)):
+            pct = self._q(f, where, n.nvmlDeviceGetFanSpeed_v2, h, i)
+            s.add(FAN_SPEED_RATIO, None if pct is None else pct / 100.0, fan=str(i))
+        if fans and hasattr(n, "nvmlDeviceGetFanSpeedRPM"):
+            s.add(FAN_SPEED, self._q(f, where, n.nvmlDeviceGetFanSpeedRPM, h), fan="0")
 
     def _gpu(self, f: Fields, where: str, i: int) -> GpuSample:
         n = self.nvml
@@ -160,7 +190,8 @@ class NvmlReader:
             kind = getattr(n, const)
             mhz = self._q(f, where, n.nvmlDeviceGetClockInfo, h, kind)
             s.add(CLOCK, None if mhz is None else mhz * 1e6, clock=clock)
-            s.add(CLOCK_MAX, self._max_clock(f, where, h, s.gpu.uuid, kind, clock), clock=clock)
+            top = self._once(f, where, s.gpu.uuid, clock, n.nvmlDeviceGetMaxClockInfo, h, kind)
+            s.add(CLOCK_MAX, None if top is None else top * 1e6, clock=clock)
         get_reasons = (
             getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or n.nvmlDeviceGetCurrentClocksThrottleReasons
         )
@@ -178,4 +209,12 @@ class NvmlReader:
         ):
             count = self._q(f, where, n.nvmlDeviceGetTotalEccErrors, h, getattr(n, kind), n.NVML_AGGREGATE_ECC)
             s.add(ERRORS, count, error_type=err_type)
+        pstate = self._q(f, where, n.nvmlDeviceGetPerformanceState, h)
+        s.add(PSTATE, None if pstate is None or pstate == NVML_PSTATE_UNKNOWN else pstate)
+        s.add(PCIE_LINK_GENERATION, self._q(f, where, n.nvmlDeviceGetCurrPcieLinkGeneration, h))
+        s.add(PCIE_LINK_WIDTH, self._q(f, where, n.nvmlDeviceGetCurrPcieLinkWidth, h))
+        self._fans(f, where, h, s)
+        get_mode = getattr(n, "nvmlDeviceGetVirtualizationMode", None)
+        mode = self._once(f, where, s.gpu.uuid, "mode", get_mode, h) if get_mode is not None else None
+        drop_placeholders(s, vgpu=mode == NVML_GPU_VIRTUALIZATION_MODE_VGPU)
         return s

@@ -2,7 +2,8 @@
 
 The tools disagree on spelling: ``"55.0"``, ``"(300Mhz)"``, ``"67.03 W"``, ``{"value": 34, "unit": "W"}``,
 ``"N/A"``. ``number`` reads the leading number of such a value (``None`` for the tools' spellings of
-"no value"), ``scale`` converts a value in a named unit to the base unit of its dimension, and
+"no value", ``missing``: ``"N/A"`` and friends, and ``"N/A (Secondary die)"``, rocm-smi 6.0's "N/A" with
+a reason in brackets), ``scale`` converts a value in a named unit to the base unit of its dimension, and
 ``Fields`` walks a nested document collecting a ``FieldProblem`` for every value of the wrong shape.
 """
 
@@ -17,6 +18,9 @@ from aaco.contract.telemetry import FieldProblem
 
 _NUMBER = re.compile(r"^\s*\(?\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z%/]*)")
 MISSING: Final = frozenset({"", "n/a", "na", "none", "null", "not supported", "unknown", "[not supported]", "-"})
+_MISSING_WITH_REASON = re.compile(r"^n/a\s*\(.*\)$")  # "N/A (Secondary die)"
+# PCIe transfer rate per lane (GT/s) -> generation
+PCIE_GENERATIONS: Final[dict[float, int]] = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6, 128.0: 7}
 
 # unit (lower case) -> (dimension, factor to the base unit of that dimension)
 _UNITS: Final[dict[str, tuple[str, float]]] = {
@@ -32,6 +36,10 @@ _UNITS: Final[dict[str, tuple[str, float]]] = {
     "mj": ("j", 1e-3),
     "uj": ("j", 1e-6),
     "c": ("cel", 1.0),
+    "v": ("v", 1.0),
+    "mv": ("v", 1e-3),
+    "gt/s": ("gt/s", 1.0),
+    "mt/s": ("gt/s", 1e-3),
     # Memory: the SMI tools print binary multiples (amd-smi's "MB" is bytes // 2**20, like
     # nvidia-smi's "MiB"), so both spellings are read as powers of two.
     "b": ("by", 1.0),
@@ -48,6 +56,21 @@ class TelemetryFormatError(AacoError):
     """A capture or tool output that cannot be read at all (not the format it claims to be)."""
 
 
+def missing(value: Any) -> bool:
+    """True for the tools' spellings of "no value": None, ``"N/A"``, ``"N/A (Secondary die)"`` and friends."""
+    if value is None:
+        return True
+    if not isinstance(value, str):
+        return False
+    v = value.strip().lower()
+    return v in MISSING or _MISSING_WITH_REASON.match(v) is not None
+
+
+def pcie_generation(gt_per_s: float) -> int | None:
+    """The PCIe generation that runs at ``gt_per_s`` GT/s per lane (16.0 -> 4); None for a rate of none."""
+    return PCIE_GENERATIONS.get(round(gt_per_s, 1))
+
+
 def number(value: Any) -> float | None:
     """The leading number of ``value`` (``"(300Mhz)"`` -> 300.0); None for "N/A" and friends.
 
@@ -59,7 +82,7 @@ def number(value: Any) -> float | None:
         return float(value)
     if not isinstance(value, str):
         raise ValueError(f"expected a number, got {type(value).__name__}")
-    if value.strip().lower() in MISSING:
+    if missing(value):
         return None
     m = _NUMBER.match(value)
     if m is None:
@@ -74,14 +97,16 @@ def unit_of(value: str) -> str:
 
 
 def scale(value: float, unit: str, dimension: str) -> float:
-    """``value`` in ``unit`` converted to the base unit of ``dimension`` (hz, w, j, cel, by, ratio).
+    """``value`` in ``unit`` converted to the base unit of ``dimension`` (hz, w, j, cel, by, ratio, v, gt/s).
 
     Raises ``ValueError`` for a unit of another dimension or one not known.
     """
     known = _UNITS.get(unit.strip().lower())
     if known is None or known[0] != dimension:
         raise ValueError(f"unexpected unit {unit!r} (expected one of {_units_of(dimension)})")
-    return value * known[1]
+    factor = known[1]
+    # dividing by 100, 1000, ... rounds once where multiplying by 0.01 may not (35 % -> 0.35, not 0.35000000000000003)
+    return value * factor if factor >= 1 else value / round(1 / factor)
 
 
 def _units_of(dimension: str) -> str:
@@ -121,7 +146,7 @@ class Fields:
             raw, unit = value.get("value"), str(value.get("unit") or default_unit)
         else:
             raw, unit = value, default_unit
-            if isinstance(value, str) and value.strip().lower() not in MISSING:
+            if isinstance(value, str) and not missing(value):
                 unit = unit_of(value) or default_unit
         v = self.num(raw, path + (".value" if isinstance(value, Mapping) else ""))
         if v is None:
@@ -137,7 +162,7 @@ class Fields:
         value = doc.get(key)
         if isinstance(value, Mapping):
             return value
-        if value is None or (isinstance(value, str) and value.strip().lower() in MISSING):
+        if missing(value):
             return {}
         self.problem(f"{path}.{key}" if path else key, f"expected a section, got {type(value).__name__}")
         return {}

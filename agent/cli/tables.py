@@ -81,9 +81,10 @@ class FitTable:
     def _table(self, widths: list[int]) -> object:
         from rich import box
         from rich.table import Table
+        from rich.text import Text
 
         out = Table(
-            title=self.title,
+            title=Text(self.title) if self.title else None,
             title_justify="left",
             box=box.SIMPLE_HEAD,
             show_edge=False,
@@ -93,9 +94,9 @@ class FitTable:
         for name, w in zip(self.columns, widths, strict=True):
             numeric = name in self.right
             # every cell of a numeric column fits its width whole; only its header may wrap, between words
-            out.add_column(name, justify="right" if numeric else "left", width=w, overflow="fold")
+            out.add_column(Text(name), justify="right" if numeric else "left", width=w, overflow="fold")
         for row, style in zip(self.rows, self.styles, strict=True):
-            out.add_row(*row, style=style)
+            out.add_row(*(Text(cell) for cell in row), style=style)  # data, never markup or :emoji: codes
         return out
 
     def _blocks(self, console: Console, width: int) -> Iterator[Text]:

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from aaco.agent.cli.tables import FitTable, wrap_text
 
-WORD = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_.:/-", min_size=1, max_size=24)
+WORD = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_.:/-[]", min_size=1, max_size=24)  # : and [ ]: no emoji, no markup
 NUMBER = st.one_of(
     st.floats(min_value=-1e12, max_value=1e12, allow_nan=False).map(lambda v: f"{v:.3f}"),
     st.integers(min_value=0, max_value=10**15).map(str),

@@ -56,7 +56,7 @@ from aaco.agent.sources.traces.detect import identify
 from aaco.agent.sources.traces.files import expand
 from aaco.agent.sources.traces.limits import DEFAULT_MAX_BYTES
 from aaco.agent.sources.traces.model_names import MAX_MODEL_CHARS, model_from_command
-from aaco.agent.sources.traces.parse import ITERATIONS_FIRST, context_for
+from aaco.agent.sources.traces.parse import ITERATIONS_FIRST
 from aaco.contract.errors import TraceFormatError
 from aaco.contract.signals import define
 
@@ -423,7 +423,7 @@ class CaptureSource(Source):
                 file_failed(ctx, self.name, path, exc, quarantine)
         files.sort(key=lambda tf: (tf.format not in ITERATIONS_FIRST, str(tf.path)))
         for tf in files:
-            tctx = context_for(tf, node=ctx.node, source=self.name, model=model, pid=pid)
+            tctx = cfg.trace_context(tf, node=ctx.node, source=self.name, model=model, pid=pid)
             # keyed by the capture (two windows can write identical bytes), so a crash mid-ingest resumes it
             key = f"{self.name}:{out.name}:{tf.path.relative_to(out)}"
             ingest_file(ctx, self.name, tf, tctx, quarantine, key=key, max_bytes=cfg.max_file_bytes, live=live)

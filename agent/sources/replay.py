@@ -9,7 +9,10 @@ re-anchored for a file recorded on another boot (``clock_anchor``), unless ``clo
 gives the offset. Within a directory, rocTX marker traces go before kernel traces so iterations are
 known before their kernels. A file that cannot be read is reported and counted; the others go on:
 one that is not a trace is ``unreadable``, and whatever else recognising or reading one raises goes
-through ``ingest.file_failed`` (counted by its reason, quarantined, named once in the log).
+through ``ingest.file_failed`` (counted by its reason, quarantined, named once in the log). The
+files of a rocprofv3 output directory that are not traces AACO reads (statistics, counters, other
+output formats: ``traces.rocprofv3_outputs``) are named once each (reason ``not_read``, a note, not
+an error) and the traces beside them read.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ from aaco.agent.sources.base import Source, SourceContext
 from aaco.agent.sources.ingest import Quarantine, file_failed, ingest_file
 from aaco.agent.sources.limits_config import TraceLimitSettings
 from aaco.agent.sources.traces.detect import identify
-from aaco.agent.sources.traces.files import expand
-from aaco.agent.sources.traces.parse import ITERATIONS_FIRST, context_for
+from aaco.agent.sources.traces.files import expand_paths
+from aaco.agent.sources.traces.parse import ITERATIONS_FIRST
+from aaco.agent.sources.traces.rocprofv3_outputs import NOT_READ
 from aaco.contract.clock import ClockOffset
 from aaco.contract.errors import TraceFormatError
 
@@ -65,7 +69,10 @@ class ReplaySource(Source):
         cfg = self.config
         limits = cfg.trace_limits()
         recognised = []
-        for path in expand(list(self.config.paths)):
+        listed = expand_paths(list(self.config.paths))
+        for known in listed.not_read:  # a rocprofv3 directory's statistics, counters...: named, not read
+            ctx.problem(self.name, os.fspath(known.path), NOT_READ, known.message, fatal=False)
+        for path in listed.files:
             try:
                 recognised.append(replace(identify(path), limits=limits))
             except TraceFormatError as exc:
@@ -79,7 +86,7 @@ class ReplaySource(Source):
         for tf in recognised:
             if ctx.stop.is_set():
                 break
-            tctx = context_for(tf, node=ctx.node, source=self.name, model=self.config.model, **clock)
+            tctx = cfg.trace_context(tf, node=ctx.node, source=self.name, model=cfg.model, **clock)
             key = None if self.config.force else f"file:{tf.identity}"
             result = ingest_file(ctx, self.name, tf, tctx, quarantine, key=key, max_bytes=self.config.max_file_bytes)
             if result.already:

@@ -11,6 +11,9 @@ the cost is one ``stat`` per file):
 - Any other recognised file (JSON, rocpd databases, gzip files, marker traces) is read once it is
   complete: its size and mtime unchanged for ``settle_s`` (a file renamed into place is already
   settled), within the source's limits (``max_file_bytes``, ``max_gzip_ratio``, ``max_json_depth``).
+- A complete file that is not a trace is read no more: a rocprofv3 output AACO does not read
+  (statistics, counters: ``traces.rocprofv3_outputs``) is named once (reason ``not_read``), anything
+  else is quarantined and counted (``unrecognised``).
 - A poll recognises a file's format from its first bytes (``detect.recognise``); the whole file
   is hashed (``detect.identify``, its content identity) only once it is read whole. A tailed file
   is never hashed: its identity is its inode and header line, stable while it grows.
@@ -52,10 +55,11 @@ from aaco.agent.sources.limits_config import TraceLimitSettings
 from aaco.agent.sources.spool_policy import Refusal, SpoolPolicy, SpoolRefusedError
 from aaco.agent.sources.traces.context import BadRow
 from aaco.agent.sources.traces.detect import identify, recognise
-from aaco.agent.sources.traces.files import TraceFile
+from aaco.agent.sources.traces.files import TraceFile, known_not_read
 from aaco.agent.sources.traces.limits import GZIP_MAGIC
-from aaco.agent.sources.traces.parse import ITERATIONS_FIRST, TAILABLE, context_for
+from aaco.agent.sources.traces.parse import ITERATIONS_FIRST, TAILABLE, kernels_model, with_model
 from aaco.agent.sources.traces.rocprofv3_csv import Rocprofv3CsvDecoder, companions, load_companions
+from aaco.agent.sources.traces.rocprofv3_outputs import NOT_READ
 from aaco.contract.errors import TraceFormatError
 
 log = logging.getLogger("aaco.sources.trace_dir")
@@ -106,6 +110,7 @@ class _File:
     skipping_line: bool = False  # inside a line longer than max_line_bytes
     records: int = 0
     events: int = 0  # events published from it (tailed files)
+    model: str | None = None  # stamped on a tailed file's kernels (``parse.kernels_model``)
 
 
 def head_digest(fh: BinaryIO, n: int) -> str:
@@ -246,7 +251,7 @@ class TraceDirSource(Source):
         if not same:  # another file under a reused inode
             ctx.ledger.reset(key, {})
             return f
-        if meta.get("quarantined"):  # it failed in an earlier run: not read again
+        if meta.get("quarantined") or meta.get("not_read"):  # failed, or not a trace, in an earlier run
             f.done = True
         elif "chunks" in meta:  # a whole file: ingest_file resumes it by chunk, or skips it when complete
             f.done = offset >= meta["chunks"] and meta.get("identity") is not None
@@ -288,11 +293,9 @@ class TraceDirSource(Source):
                 try:
                     f.format, _ = recognise(f.path)  # the first bytes only: no hash of a file still growing
                 except TraceFormatError as exc:
-                    if settled:  # complete and still not a trace: bad input, kept aside once and not read again
+                    if settled:  # complete and still not a trace: named once, and not read again
                         f.unrecognised = True
-                        quarantine.file(f.path)
-                        ctx.problem(self.name, os.fspath(f.path), "unrecognised", exc.message, fatal=False, count=1)
-                        ctx.ledger.register(f.key, 0, 0, {**self._meta(f, fh), "quarantined": True}).seal()
+                        self._not_a_trace(ctx, quarantine, f, self._meta(f, fh), exc.message)
                     return
             if not self._companions_allowed(ctx, f):
                 return
@@ -301,6 +304,22 @@ class TraceDirSource(Source):
                 self._tail(ctx, quarantine, f, fh)
             elif settled:
                 self._whole(ctx, quarantine, f, self._meta(f, fh))
+
+    def _not_a_trace(
+        self, ctx: SourceContext, quarantine: Quarantine, f: _File, meta: dict[str, Any], why: str
+    ) -> None:
+        """A complete file that is not a trace, committed so that no restart looks at it again.
+
+        A rocprofv3 output AACO does not read is named; anything else is bad input, quarantined and counted.
+        """
+        known = known_not_read(f.path)
+        if known is not None:
+            ctx.problem(self.name, os.fspath(f.path), NOT_READ, known.message, fatal=False)
+            ctx.ledger.register(f.key, 0, 0, {**meta, "not_read": True}).seal()
+            return
+        quarantine.file(f.path)
+        ctx.problem(self.name, os.fspath(f.path), "unrecognised", why, fatal=False, count=1)
+        ctx.ledger.register(f.key, 0, 0, {**meta, "quarantined": True}).seal()
 
     def _companions_allowed(self, ctx: SourceContext, f: _File) -> bool:
         """Whether the files read beside ``f`` (a rocprofv3 CSV's companions) pass the spool's rule; else counted."""
@@ -319,7 +338,7 @@ class TraceDirSource(Source):
     def _whole(self, ctx: SourceContext, quarantine: Quarantine, f: _File, meta: dict[str, Any]) -> None:
         # identified (hashed) once, now that it is read whole; a TraceFormatError here (it changed since) fails it
         tf = dataclasses.replace(identify(f.path), limits=self.limits)
-        tctx = context_for(tf, node=ctx.node, source=self.name, model=self.config.model)
+        tctx = self.config.trace_context(tf, node=ctx.node, source=self.name, model=self.config.model)
         ingest_file(
             ctx,
             self.name,
@@ -345,9 +364,10 @@ class TraceDirSource(Source):
         # the inode and the header line name it.
         stable = hashlib.blake2b(f"{f.key}".encode() + (f.header or b""), digest_size=12).hexdigest()
         tf = TraceFile(f.path, f.format or "", stable, f.mtime, f.size, self.limits)
-        tctx = context_for(tf, node=ctx.node, source=self.name, model=self.config.model, pid=comp.pid)
+        tctx = self.config.trace_context(tf, node=ctx.node, source=self.name, model=self.config.model, pid=comp.pid)
         f.decoder = Rocprofv3CsvDecoder(f.header or b"", tctx, comp.agents, comp.launches)
         f.companions_seen = seen
+        f.model = kernels_model(tf, tctx)  # as a replay of the same file names it
         return f.decoder
 
     def _tail(self, ctx: SourceContext, quarantine: Quarantine, f: _File, fh: BinaryIO) -> None:
@@ -397,7 +417,8 @@ class TraceDirSource(Source):
         r = ctx.ledger.register(f.key, start, start + len(chunk), self._meta(f, fh))
         try:
             if result.table.num_rows:
-                ctx.publish(self.name, "kernels", result.table, durable=True, live=True, range_=r)
+                table = result.table if f.model is None else with_model(result.table, f.model)
+                ctx.publish(self.name, "kernels", table, durable=True, live=True, range_=r)
         finally:
             r.seal()  # even if publishing raised: an open range would hold the file's checkpoint back for good
         f.offset = start + len(chunk)

@@ -21,9 +21,9 @@ import pytest
 from tests.conftest import get_free_port, skip_or_fail
 from tests.support.modes import loose
 
-from .helpers import http_get, read_lake, wait_for
+from .helpers import http_get, read_lake, run_aaco, start_aaco, wait_for
 from .test_spool_bad_files import files_read, source_errors, stop
-from .test_trace_sources import all_committed, kineto_truth, spool_config
+from .test_trace_sources import ROCPROF_DIR, all_committed, checkpoints, kineto_truth, spool_config
 
 pytestmark = pytest.mark.integration
 
@@ -97,3 +97,48 @@ def test_a_replay_makes_a_private_lake(tmp_path, aaco_bin, samples):
     assert proc.wait(240) == 0, (tmp_path / "log").read_text()[-3000:]
     assert list(out.rglob("part-*.parquet"))
     assert loose(tmp_path / "new") == []
+
+
+def test_a_rocprofv3_directory_in_the_spool_and_the_model_its_csv_names(tmp_path, aaco_bin, samples):
+    """Statistics and counters beside the traces are named once and committed, never quarantined; a kernel
+    trace tailed by the spool names the model a replay of it names."""
+    spool, lake = tmp_path / "spool", tmp_path / "lake"
+    run = spool / "host" / "4242"
+    shutil.copytree(ROCPROF_DIR, run, ignore=shutil.ignore_patterns("README.md"))
+    shutil.copy(samples / "rocprofv3" / "kernel_trace.csv", run / "kernel_trace.csv")
+    single = spool / "single" / "77_kernel_trace.csv"
+    single.parent.mkdir()
+    shutil.copy(samples / "rocprofv3" / "kernel_trace.csv", single)
+    not_read = [run / n for n in ("counter_collection.csv", "hip_api_stats.csv", "kernel_names.csv")]
+    port = get_free_port()
+    base = f"http://127.0.0.1:{port}"
+    cfg = spool_config(tmp_path / "agent.yaml", spool, lake, port)
+    log = tmp_path / "agent.log"
+    agent = start_aaco(aaco_bin, "agent", "--config", str(cfg), log=log)
+    try:
+        wait_for(lambda: http_get(base + "/readyz")[0] == 200, 60, what="agent ready")
+        traces = [run / "kernel_trace.csv", run / "marker_api_trace.csv", run / "hsa_api_trace.csv", single]
+        wait_for(lambda: all_committed(lake, traces), 120, what="the traces committed")
+        wait_for(lambda: all(os.fspath(p) in checkpoints(lake) for p in not_read), 60, what="the others seen")
+        time.sleep(1.0)  # more polls: named once, not again
+        errors = source_errors(http_get(base + "/metrics")[1], "trace_dir")
+        assert stop(agent) == 0
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+
+    assert not any(errors.values()), errors  # named, not counted as bad input
+    text = log.read_text()
+    for p in not_read:
+        assert checkpoints(lake)[os.fspath(p)]["meta"]["not_read"] is True
+        assert text.count(str(p)) == 1, text
+    quarantine = lake / "quarantine" / "trace_dir"
+    assert not quarantine.exists() or list(quarantine.iterdir()) == []
+
+    replayed = tmp_path / "replayed"
+    proc = run_aaco(aaco_bin, "replay", str(single), "--out", str(replayed))
+    assert proc.returncode == 0, proc.stderr
+    by_replay = read_lake(replayed, "kernels").column("model").to_pylist()
+    by_spool = read_lake(lake, "kernels").column("model").to_pylist()
+    assert by_replay == ["77_kernel_trace"] * 9
+    assert by_spool.count("77_kernel_trace") == 9  # the tailed copy: the same model, not null

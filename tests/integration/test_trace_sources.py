@@ -7,6 +7,7 @@ import gzip
 import io
 import json
 import os
+import shutil
 import signal
 import threading
 import time
@@ -39,12 +40,24 @@ def summed(t, kind=None) -> int:
     return pc.sum(pc.subtract(t["end_ns"], t["start_ns"])).as_py() or 0
 
 
+KINETO_KINDS = {
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "memcpy": "memcpy",
+    "memset": "memset",
+}
+
+
 def kineto_truth(path: Path) -> dict[str, tuple[int, int]]:
-    """Counts and summed durations (ns, from the JSON's microseconds) per kind, computed here."""
+    """Counts and summed durations (ns, from the JSON's microseconds) per kind, computed here.
+
+    Categories in any case: PyTorch 1.8 and 1.9 wrote ``Kernel``, ``Memcpy``, ``Memset``.
+    """
     events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
     out: dict[str, tuple[int, int]] = {}
     for e in events:
-        kind = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}.get(e.get("cat"))
+        kind = KINETO_KINDS.get(str(e.get("cat")).lower())
         if kind and e.get("ph") == "X":
             n, d = out.get(kind, (0, 0))
             out[kind] = (n + 1, d + round(e["dur"] * 1000))
@@ -85,6 +98,61 @@ def test_replay_of_every_sample_is_exact(tmp_path, aaco_bin, samples):
     assert summed(k, "memcpy") == sum(int(e["args"]["EndNs"]) - int(e["args"]["BeginNs"]) for e in copies)
     assert k.column("launch_name").null_count == 0  # every GPU op got its HIP call
     assert set(k.column("launch_name").to_pylist()) == {"hipMemcpyWithStream", "hipLaunchKernel"}
+
+
+KINETO_TB = Path(__file__).resolve().parents[1] / "data" / "kineto-tb"
+# PyTorch 1.8 / 1.9 traces: (count, summed ns) per kind, as the files state them (tests/data/kineto-tb/README.md)
+OLD_KINETO = {
+    "samples_resnet50_num_workers_0_worker0.pt.trace.json.gz": {
+        "kernel": (9564, 640_354_000),
+        "memcpy": (12, 12_734_000),
+        "memset": (439, 439_000),
+    },
+    "samples_resnet50_num_workers_0_worker0.1623143089861.pt.trace.json.gz": {
+        "kernel": (8772, 591_532_000),
+        "memcpy": (12, 11_492_000),
+        "memset": (312, 534_000),
+    },
+    "test_gpu_metrics_input.json.gz": {"kernel": (30, 48_000), "memcpy": (2, 2_000)},
+}
+
+
+def test_pytorch_1_8_and_1_9_kineto_traces_replay_exactly(tmp_path, aaco_bin):
+    """Capitalised categories (``Kernel``, ``Memcpy``, ``Memset``): every GPU event in the lake, none warned about."""
+    names = sorted(OLD_KINETO)
+    procs = run_aaco_each(aaco_bin, *(("replay", str(KINETO_TB / n), "--out", str(tmp_path / n)) for n in names))
+    for name, proc in zip(names, procs, strict=True):
+        assert proc.returncode == 0, proc.stderr
+        assert "warning" not in proc.stderr.lower(), proc.stderr
+        truth = kineto_truth(KINETO_TB / name)
+        assert truth == OLD_KINETO[name]
+        k = lake_kernels(tmp_path / name)
+        assert {kind: (n, summed(k, kind)) for kind, n in by_kind(k).items()} == truth
+        its = read_lake(tmp_path / name, "iterations")
+        assert its.num_rows == (1 if name.startswith("test_") else 6)  # ProfilerStep#N, written as operators
+
+
+ROCPROF_DIR = Path(__file__).resolve().parents[1] / "data" / "rocprofv3-dir"
+
+
+def test_a_rocprofv3_directory_replays_and_names_the_files_it_does_not_read(tmp_path, aaco_bin, samples):
+    """Statistics and counters beside the traces: named once each as warnings, the traces read, exit 0."""
+    out = tmp_path / "host" / "4242"
+    shutil.copytree(ROCPROF_DIR, out, ignore=shutil.ignore_patterns("README.md"))
+    shutil.copy(samples / "rocprofv3" / "kernel_trace.csv", out / "kernel_trace.csv")
+    proc = run_aaco(aaco_bin, "replay", str(tmp_path / "host"), "--out", str(tmp_path / "lake"))
+    assert proc.returncode == 0, proc.stderr
+    for name in ("counter_collection.csv", "hip_api_stats.csv", "kernel_names.csv"):
+        lines = [line for line in proc.stderr.splitlines() if name in line]
+        assert len(lines) == 1 and lines[0].startswith("warning:") and "not read" in lines[0], proc.stderr
+    assert "not a recognised trace" not in proc.stderr and "error" not in proc.stderr.lower()
+    k = lake_kernels(tmp_path / "lake")
+    copies = list(csv.DictReader(io.StringIO((out / "memory_copy_trace.csv").read_text())))
+    assert by_kind(k) == {"kernel": 9, "memcpy": len(copies)}
+    assert summed(k, "memcpy") == sum(int(r["End_Timestamp"]) - int(r["Start_Timestamp"]) for r in copies)
+    assert read_lake(tmp_path / "lake", "iterations").num_rows == 2  # the outermost rocTX ranges per thread
+    read = {Path(r["subject"]).name for r in json.loads((tmp_path / "lake" / "sources.json").read_text())["sources"]}
+    assert read == {"kernel_trace.csv", "memory_copy_trace.csv", "marker_api_trace.csv", "hsa_api_trace.csv"}
 
 
 def test_rocprofv3_json_of_40k_dispatches_replays_exactly(tmp_path, aaco_bin):

@@ -26,6 +26,8 @@ class TraceContext:
     of their own (ONNX Runtime profiles, Kineto traces without ``baseTimeNanoseconds``).
     ``model_given``: ``model`` is the user's (config ``model``, ``--model-name``) or the traced
     process's, not a default taken from the file name: it wins over the model the file names.
+    ``iteration_ranges``: the source's setting of that name (``tables.iteration_ranges``): which
+    rocTX ranges are iterations; empty, the outermost range of each thread.
     """
 
     node: str
@@ -37,6 +39,7 @@ class TraceContext:
     file_mtime_ns: int = 0
     pid: int | None = None  # the traced process, when the file does not say it
     model_given: bool = False
+    iteration_ranges: tuple[str, ...] = ()  # names (fnmatch patterns) of the ranges that are iterations
 
 
 class BadRow(NamedTuple):

@@ -17,6 +17,8 @@ complete.
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,9 +30,11 @@ from aaco.agent.sources.traces.limits import (
     open_trace,
     read_document,
 )
+from aaco.agent.sources.traces.rocprofv3_outputs import NotRead, not_read
 from aaco.contract.errors import TraceFormatError
 
 SNIFF_BYTES = 64 * 1024
+HEADER_BYTES = 4096  # read of a file to tell a rocprofv3 output that is not read (its CSV header)
 _HASH_STEP = 1 << 20
 
 
@@ -84,14 +88,49 @@ def content_identity(path: Path) -> str:
     return digest.hexdigest()[:24]
 
 
-def expand(paths: list[Path]) -> list[Path]:
-    """Files named directly, plus the files under named directories (sorted, hidden files skipped)."""
-    out: list[Path] = []
+@dataclass(frozen=True)
+class Expanded:
+    """What a list of paths holds: the files to read, and the known files that are not read (``NotRead``)."""
+
+    files: list[Path]
+    not_read: list[NotRead]
+
+
+def expand_paths(paths: list[Path]) -> Expanded:
+    """Files named directly, plus the files under named directories (sorted, hidden files skipped).
+
+    Files a rocprofv3 output directory holds beside its traces that AACO does not read (statistics,
+    counters, other output formats: ``rocprofv3_outputs``) go to ``not_read``, each with what it is,
+    for the caller to name once; everything else (unreadable or unknown files included) to ``files``.
+    """
+    files: list[Path] = []
+    skipped: list[NotRead] = []
     for p in paths:
         if p.is_dir():
-            out += sorted(
+            found = sorted(
                 f for f in p.rglob("*") if f.is_file() and not any(s.startswith(".") for s in f.relative_to(p).parts)
             )
         else:
-            out.append(p)
-    return out
+            found = [p]
+        for f in found:
+            known = known_not_read(f)
+            if known is None:
+                files.append(f)
+            else:
+                skipped.append(known)
+    return Expanded(files, skipped)
+
+
+def expand(paths: list[Path]) -> list[Path]:
+    """The files ``expand_paths`` gives to read (the known files it does not read left out)."""
+    return expand_paths(paths).files
+
+
+def known_not_read(path: Path) -> NotRead | None:
+    """``rocprofv3_outputs.not_read`` of a regular file, from its first line; None for anything else."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        return not_read(path, read_head(path, HEADER_BYTES))
+    except (OSError, TraceFormatError):
+        return None  # left to ``detect.recognise``, which says what is wrong with it

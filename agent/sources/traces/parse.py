@@ -66,18 +66,27 @@ def _model_stamp(parts: Iterator[ParsedTrace], tf: TraceFile, ctx: TraceContext)
     """
     label: str | None = None
     for i, part in enumerate(parts):
-        if i == 0 and part.iterations.num_rows == 0 and not _iterations_beside(tf):
-            label = ctx.model if ctx.model_given else (part.model or model_from_path(tf.path))
+        if i == 0 and part.iterations.num_rows == 0:
+            label = kernels_model(tf, ctx, part.model)
         if label is not None and part.kernels.num_rows:
-            part.kernels = _with_model(part.kernels, label)
+            part.kernels = with_model(part.kernels, label)
         yield part
 
 
-def _iterations_beside(tf: TraceFile) -> bool:
-    return tf.format in TAILABLE and "marker_api_trace.csv" in rocprofv3_csv.companions(tf.path)
+def kernels_model(tf: TraceFile, ctx: TraceContext, file_model: str | None = None) -> str | None:
+    """The model the kernels of ``tf`` are stamped with when it has no iterations (``_model_stamp``).
+
+    The user's, else the one the file names (``file_model``), else the file name's stem; None when a
+    rocprofv3 marker trace beside it gives iterations. One rule for every reader of the file (a
+    replay, a spool's whole-file read and its tail of a growing CSV), so a file names the same model
+    whichever source reads it.
+    """
+    if tf.format in TAILABLE and "marker_api_trace.csv" in rocprofv3_csv.companions(tf.path):
+        return None
+    return ctx.model if ctx.model_given else (file_model or model_from_path(tf.path))
 
 
-def _with_model(kernels: pa.Table, label: str) -> pa.Table:
+def with_model(kernels: pa.Table, label: str) -> pa.Table:
     """``kernels`` with null models (or no model column) set to ``label``."""
     n = kernels.num_rows
     if "model" not in kernels.column_names:

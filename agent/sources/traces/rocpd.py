@@ -17,7 +17,8 @@ Common to both: ``rocpd_event`` (``correlation_id``, ``category_id`` -> ``rocpd_
 ``rocpd_info_agent`` (``type``, ``absolute_index``, ``logical_index``, ``type_index``, ``name``,
 ``product_name``), ``rocpd_string``. Kernels and copies become ``kernels`` rows; regions whose
 category starts with ``HIP_`` are their launches (joined by correlation id); ``MARKER_CORE_API`` /
-``MARKER_CORE_RANGE_API`` regions with ``end > start`` are iterations. Rows are fetched and
+``MARKER_CORE_RANGE_API`` regions with ``end > start`` are iterations (the outermost of each thread,
+or the ones ``iteration_ranges`` names: ``tables.iteration_ranges``). Rows are fetched and
 yielded in chunks of ``CHUNK_ROWS``. Timestamps are CLOCK_BOOTTIME ns (``TraceContext.clock``).
 
 Numbers in full (``u64``): rocprofiler-sdk's ids and timestamps are unsigned 64-bit,

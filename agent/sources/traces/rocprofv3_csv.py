@@ -27,7 +27,9 @@ and ``source/docs/data/*.csv``:
   ``launch_end_ns``, ``launch_name``, and the kernel's pid and tid are the launching thread's).
   Marker rows of ``MARKER_CORE_API`` / ``MARKER_CORE_RANGE_API`` with ``End > Start`` are rocTX
   ranges (``roctxRangePush/Pop``, ``roctxRangeStart/Stop``): they become iterations named by the
-  message; instant marks (``roctxMarkA``, start == end) and control calls are not iterations.
+  message (the outermost of each thread, or the ones ``iteration_ranges`` names:
+  ``tables.iteration_ranges``); instant marks (``roctxMarkA``, start == end) and control calls are
+  not iterations.
 - ``agent_info.csv``: ``Node_Id, Logical_Node_Id, Agent_Type, ..., Name, Vendor_Name,
   Product_Name, Model_Name`` (53 columns, ``generateCSV.cpp``): maps agents to GPU ordinals and
   names (see ``traces``).

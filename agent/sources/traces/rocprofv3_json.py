@@ -20,7 +20,7 @@ with its yajl2 C backend parses incrementally (``ijson.parse`` events); two pass
 
 1. the small parts and the host-side records, whatever their order in the file: processes,
    agents, kernel symbols, strings, HIP launches (compact numpy arrays by correlation id, for the
-   join) and rocTX ranges (iterations);
+   join) and rocTX ranges (iterations: ``tables.iteration_ranges`` says which);
 2. ``kernel_dispatch`` and ``memory_copy`` records, turned into columns and yielded as
    ``ParsedTrace`` chunks of at most ``CHUNK_ROWS`` rows (iterations on the first), so memory
    stays flat in the number of dispatches.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from fnmatch import fnmatchcase
 from typing import Any
 
 import numpy as np
@@ -56,6 +57,37 @@ def stamp_kernels(cols: dict[str, pa.Array], n: int, ctx: TraceContext, kind: st
     return pa.table(out)
 
 
+def iteration_ranges(
+    start_ns: np.ndarray,
+    end_ns: np.ndarray,
+    pid: list[int | None],
+    tid: list[int | None],
+    names: list[str],
+    patterns: tuple[str, ...] = (),
+) -> np.ndarray:
+    """Which ranges (rocTX, markers) are iterations: a mask.
+
+    With ``patterns`` (a source's ``iteration_ranges``), the ranges whose name matches one of them
+    (``fnmatch``: ``step*``), nested or not. Without, the outermost ranges of each thread (pid, tid):
+    a range inside another one of its thread (starting no earlier, ending no later) is a phase of
+    that iteration, not one of its own; of two identical ranges the first is kept. Ranges that
+    overlap without one holding the other are both kept.
+    """
+    n = len(names)
+    if patterns:
+        return np.array([any(fnmatchcase(name, p) for p in patterns) for name in names], dtype=bool)
+    keep = np.ones(n, dtype=bool)
+    threads: dict[tuple[int | None, int | None], list[int]] = {}
+    for i in range(n):
+        threads.setdefault((pid[i], tid[i]), []).append(i)
+    for idx in threads.values():
+        at = np.array(idx, dtype=np.int64)
+        at = at[np.lexsort((-end_ns[at], start_ns[at]))]  # by start, the longest first
+        reach = np.maximum.accumulate(end_ns[at])
+        keep[at[1:]] = end_ns[at[1:]] > reach[:-1]  # ends past every earlier-starting range: not inside one
+    return keep
+
+
 def iterations_table(
     ctx: TraceContext,
     *,
@@ -66,7 +98,11 @@ def iterations_table(
     names: list[str],
     keys: list[object],
 ) -> pa.Table:
-    """Iterations (one per range), in start order, with deterministic trace and span IDs from ``keys``."""
+    """Iterations (the ranges ``iteration_ranges`` keeps), in start order, with deterministic IDs from ``keys``."""
+    keep = np.flatnonzero(iteration_ranges(start_ns, end_ns, pid, tid, names, ctx.iteration_ranges))
+    if keep.size < len(names):
+        start_ns, end_ns = np.asarray(start_ns)[keep], np.asarray(end_ns)[keep]
+        pid, tid, names, keys = ([v[i] for i in keep] for v in (pid, tid, names, keys))
     order = np.argsort(start_ns, kind="stable")
     m = len(order)
     ks = [keys[i] for i in order]

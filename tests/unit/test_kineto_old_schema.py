@@ -168,6 +168,7 @@ def test_categories_in_any_case_and_unknown_gpu_work_counted_by_category():
         x("GpuWork", 5, 1, t0 + 30, {"stream": 3}),  # unknown, naming a stream
         x("DeviceOp", 9, "stream 2", t0 + 40),  # unknown, on a stream tid
         x("host_thing", 77, 77, t0 + 50),  # unknown, on the CPU: not GPU work
+        x("other_runtime", 77, 77, t0 + 55, {"device": 0}),  # a host call naming its device: not its work
         x("gpu_user_annotation", 0, 7, t0 + 60),  # known: an annotation, not work
         x("cuda_sync", 0, 7, t0 + 70, {"device": 0, "stream": 7}),  # known: a sync
     ]

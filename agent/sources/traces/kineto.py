@@ -423,7 +423,8 @@ def _convert(
     devices = kineto_devices(keys, set(kernels.column("device").drop_null().unique().to_pylist()))
     parsed = ParsedTrace(FORMAT, kernels, iterations, clock, +skipped, pids, devices=devices)
     parsed.model = ev.procs.model_name(host, parsed.skipped)
-    parsed.unrecognised = ev.unknown.gpu_looking(ev.gpu_lanes | ev.procs.gpu_pids())
+    cpu = ev.launch_pids | ev.op_pids | ev.procs.cpu_pids()
+    parsed.unrecognised = ev.unknown.gpu_looking(ev.gpu_lanes | ev.procs.gpu_pids(), cpu)
     return parsed
 
 

@@ -13,10 +13,10 @@ A category that is neither read (``ROLES``) nor known to hold no GPU work of its
 (``NOT_GPU_WORK``: annotations, syncs, flows, Python functions, overheads) is *unrecognised*.
 ``Unrecognised`` counts the complete events (``ph: "X"``) of such categories that look like GPU
 work: on a GPU lane (the pid of GPU work read from the file, or one ``process_labels`` calls
-``GPU n``), or with ``args.device`` / ``args.stream``, or on a tid named ``stream N``. Their
-counts by category go on ``ParsedTrace.unrecognised``, which the ingest reports once per file
-(``aaco_trace_events_unrecognised_total``): a trace whose GPU work is all of an unknown schema
-says so instead of giving an empty lake.
+``GPU n``), or, off the host's pids, with ``args.device`` / ``args.stream`` or on a tid named
+``stream N``. Their counts by category go on ``ParsedTrace.unrecognised``, which the ingest reports
+once per file (``aaco_trace_events_unrecognised_total``): a trace whose GPU work is all of an unknown
+schema says so instead of giving an empty lake.
 """
 
 from __future__ import annotations
@@ -105,10 +105,14 @@ class Unrecognised:
                 key = (_OTHER, None, hint)
             self._seen[key] += 1
 
-    def gpu_looking(self, lanes: Set[int]) -> Counter[str]:
-        """The counted events that look like GPU work, by category: a hint in the event, or a pid in ``lanes``."""
+    def gpu_looking(self, lanes: Set[int], host: Set[int]) -> Counter[str]:
+        """The counted events that look like GPU work, by category.
+
+        On a GPU lane (a pid in ``lanes``), or with a hint in the event (a device, a stream) and not on
+        the host side (a pid in ``host``: a runtime call names the device it drives, it is not its work).
+        """
         out: Counter[str] = Counter()
         for (cat, pid, hint), n in self._seen.items():
-            if hint or (pid is not None and pid in lanes):
+            if (pid is not None and pid in lanes) or (hint and (pid is None or pid not in host)):
                 out[cat] += n
         return out

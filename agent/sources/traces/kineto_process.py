@@ -75,6 +75,10 @@ class ProcessInfo:
         """The pids ``process_labels`` calls ``GPU n`` (Kineto's device lanes)."""
         return {p for p, label in self.labels.items() if label.strip().upper().startswith("GPU")}
 
+    def cpu_pids(self) -> set[int]:
+        """The pids ``process_labels`` calls ``CPU`` (the host processes)."""
+        return {p for p, label in self.labels.items() if label.strip().upper() == "CPU"}
+
     def host_pid(self, cpu_pids: Set[int], gpu_lanes: Set[int]) -> int | None:
         """The pid of the process the trace is of (see the module doc), or None."""
         if len(cpu_pids) == 1:

@@ -123,15 +123,7 @@ def run(
 ) -> None:
     """Run an ONNX model under ONNX Runtime with profiling, analyse it, write the lake, print a summary."""
     setup_logging(log_level)
-    from aaco.agent.cli.report import (
-        kernel_spans,
-        lake_doc,
-        lake_where,
-        report_summarised,
-        summary,
-        summary_table,
-        undelivered,
-    )
+    from aaco.agent.cli import report
     from aaco.agent.sources.ort.models import load_model, resolve_model
     from aaco.agent.sources.ort.session import resolve_provider
 
@@ -152,15 +144,15 @@ def run(
     overrides = exporter_overrides(out, metrics_port, otlp_endpoint, node=node)
     config = load_config_or_exit(None, {"sources": [source], **overrides})
     service = run_service(config, progress=not no_progress, stop_when_done=True)
-    models = summary(service)
+    models = report.summary(service)
     if as_json:
-        doc = {"models": models, "lake": lake_doc(service), "kernel_spans": kernel_spans(service.stats)}
+        doc = {"models": models, "lake": report.lake_doc(service), "kernel_spans": report.kernel_spans(service.stats)}
         typer.echo(json.dumps(doc))
     else:
-        out_console.print(summary_table(models))
-        report_summarised(service.stats, service.config.exporters.otlp.rate_clock)
-        out_console.print(f"lake: {lake_where(service)}", highlight=False)
-    if undelivered(service):
+        out_console.print(report.summary_table(models))
+        report.report_summarised(service.stats, service.config.exporters.otlp.rate_clock)
+        out_console.print(f"lake: {report.lake_where(service)}", highlight=False)
+    if report.undelivered(service):
         raise typer.Exit(3)
 
 
@@ -205,21 +197,18 @@ def replay(
 ) -> None:
     """Push trace files through the pipeline: lake, analysis, metrics and traces as if live."""
     setup_logging(log_level)
-    from aaco.agent.cli.report import (
-        files_read,
-        kernel_spans,
-        lake_doc,
-        lake_where,
-        report_summarised,
-        summary,
-        summary_table,
-        undelivered,
-    )
+    from aaco.agent.cli import report
     from aaco.agent.sources.traces.detect import recognise
-    from aaco.agent.sources.traces.files import expand
+    from aaco.agent.sources.traces.files import expand_paths
 
-    files = expand(paths)
+    expanded = expand_paths(paths)
+    files = expanded.files
     if not files:
+        for known in expanded.not_read[:-1]:
+            print_error(f"{known.path}: {known.message}")
+        last = expanded.not_read[-1] if expanded.not_read else None
+        if last is not None:
+            raise fail(AacoError(f"{last.message}; no trace file AACO reads was given", subject=last.path))
         raise fail(AacoError("no trace files found", subject=" ".join(map(str, paths))))
     bad = []
     for f in files:
@@ -250,28 +239,28 @@ def replay(
     service = run_service(config, progress=not no_progress, stop_when_done=not serve, extra_exporters=extra)
     if perfetto is not None:
         print_note(f"perfetto trace: {perfetto.resolve()} (open it in https://ui.perfetto.dev)")
-    read, rows, already = files_read(service, "replay")
-    models = summary(service)
+    read, rows, already = report.files_read(service, "replay")
+    models = report.summary(service)
     if as_json:
         doc = {
             "files": {"given": len(files), "read": read, "already_in_lake": already},
             "rows": rows,
             "models": models,
-            "lake": lake_doc(service),
-            "kernel_spans": kernel_spans(service.stats),
+            "lake": report.lake_doc(service),
+            "kernel_spans": report.kernel_spans(service.stats),
         }
         typer.echo(json.dumps(doc))
     else:
         if not serve and models:
-            out_console.print(summary_table(models))
+            out_console.print(report.summary_table(models))
         elif not serve and read:
             print_note("nothing to summarise: no kernels, launches or iterations in what was read")
         if already:
             new_rows = "" if read else ", 0 new rows"
             print_note(f"already in the lake: {already} file(s){new_rows}; --force to read again")
-        report_summarised(service.stats, service.config.exporters.otlp.rate_clock)
-        print_note(f"replayed {read} file(s), {rows} rows, into {lake_where(service)}")
-    if undelivered(service):
+        report.report_summarised(service.stats, service.config.exporters.otlp.rate_clock)
+        print_note(f"replayed {read} file(s), {rows} rows, into {report.lake_where(service)}")
+    if report.undelivered(service):
         raise typer.Exit(3)
 
 

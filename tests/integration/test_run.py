@@ -136,6 +136,8 @@ def test_run_prints_kar_over_running_nodes(tmp_path, aaco_bin):
     assert model["kernels_per_iteration"] == pytest.approx(per_iteration)
     assert model["kar"] == pytest.approx(per_iteration / RUNNING_NODES)
     row = next(line for line in proc.stdout.splitlines() if "light_resnet50" in line)
-    cells = [c.strip() for c in row.split("│") if c.strip()]
+    cells = row.split()  # the table's columns, two spaces apart (no cell of this row holds a space but the last two)
     assert cells[6] == f"{per_iteration:.1f}"  # kernels/it
     assert cells[7] == f"{per_iteration / RUNNING_NODES:.3f}"  # KAR, over the running nodes
+    doc = json.loads(run_aaco(aaco_bin, "run", "-n", "3", "--out", str(out), "--no-progress", "--json").stdout)
+    assert doc["models"]["light_resnet50"]["kar"] == pytest.approx(per_iteration / RUNNING_NODES)

@@ -1,8 +1,9 @@
-"""deploy/: the collector gateway configuration, the Dockerfile and docs/deploy.md keep their promises.
+"""deploy/: the collector gateway configuration, the image's Containerfile and docs/deploy.md keep their promises.
 
-No OpenTelemetry Collector and no Docker engine run here, so these check structure: every
-component a pipeline names is defined and is a real component of the pinned Collector version,
-the Dockerfile is multi-stage and ends as a non-root user, the docs cover what the issue asks.
+No OpenTelemetry Collector runs here, so these check structure: every component a pipeline names
+is defined and is a real component of the pinned Collector version, the Containerfile
+(deploy/image/Containerfile; tests/image builds and runs it) is multi-stage and ends as a non-root
+user, the docs cover what the issue asks.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 GATEWAY = ROOT / "deploy" / "collector" / "gateway.yaml"
 COLLECTOR_README = ROOT / "deploy" / "collector" / "README.md"
-DOCKERFILE = ROOT / "deploy" / "Dockerfile"
+DOCKERFILE = ROOT / "deploy" / "image" / "Containerfile"
 DEPLOY_DOC = ROOT / "docs" / "deploy.md"
 SECURITY_DOC = ROOT / "docs" / "security.md"
 CHART_VALUES = ROOT / "deploy" / "helm" / "aaco" / "values.yaml"

@@ -8,7 +8,9 @@
 #   bash deploy/image/build.sh --check-podman   only make sure podman works here (as root: install it); exit 1 if not
 #
 # Steps:
-#   1. tools: podman, runc and mmdebstrap, installed with apt-get when missing (as root on Debian);
+#   1. tools: podman, runc, mmdebstrap and the CNI plugins, installed with apt-get when missing (as
+#             root on Debian). Not needed: buildah (podman build has it built in), uidmap and
+#             fuse-overlayfs (rootless podman, which this script does not use);
 #   2. base:  localhost/aaco-base:bookworm, a minbase root filesystem of Debian bookworm made by
 #             mmdebstrap from Debian's mirror and imported into podman (made once; --refresh-base);
 #   3. build: deploy/image/Containerfile FROM that base: Debian's python3 and python3-bpfcc, the
@@ -48,7 +50,7 @@ PODMAN=(podman --runtime runc --cgroup-manager cgroupfs)
 if [ -n "${AACO_PODMAN_STORAGE_DRIVER:-}" ]; then
   PODMAN+=(--storage-driver "$AACO_PODMAN_STORAGE_DRIVER")
 fi
-APT_PACKAGES=(podman runc mmdebstrap iptables ca-certificates)
+APT_PACKAGES=(podman runc mmdebstrap containernetworking-plugins iptables ca-certificates)
 MIRROR=${AACO_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 SECURITY_MIRROR=${AACO_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 CA=${AACO_BUILD_CA:-/etc/ssl/certs/ca-certificates.crt}
@@ -84,9 +86,14 @@ ensure_tools() {
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
       say "[1/5] installing ${APT_PACKAGES[*]} with apt-get (missing: ${missing[*]})"
       export DEBIAN_FRONTEND=noninteractive
-      apt-get update -qq >/dev/null || die "apt-get update failed" "check that this machine reaches Debian's mirror"
-      apt-get install -y -qq --no-install-recommends "${APT_PACKAGES[@]}" >/dev/null \
-        || die "apt-get install ${APT_PACKAGES[*]} failed" "run it by hand to see why: apt-get install --no-install-recommends ${APT_PACKAGES[*]}"
+      local aptlog
+      aptlog=$(mktemp "${TMPDIR:-/var/tmp}/aaco-apt.XXXXXX")
+      if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${APT_PACKAGES[@]}"; } >"$aptlog" 2>&1; then
+        tail -n 20 "$aptlog" >&2
+        die "apt-get could not install ${APT_PACKAGES[*]} (the end of its output above, all of it in $aptlog)" \
+          "check that this machine reaches Debian's mirror (apt-get update), then run this script again"
+      fi
+      rm -f "$aptlog"
     else
       die "missing ${missing[*]}" \
         "as root on Debian: apt-get install --no-install-recommends ${APT_PACKAGES[*]}" \

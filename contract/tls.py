@@ -70,6 +70,10 @@ def server_context(
     return ctx
 
 
+# OpenSSL's reasons for a handshake that failed on the client's certificate (none given, or not verified).
+CLIENT_CERT_REASONS: Final = frozenset(
+    {"PEER_DID_NOT_RETURN_A_CERTIFICATE", "CERTIFICATE_VERIFY_FAILED", "TLSV13_ALERT_CERTIFICATE_REQUIRED"}
+)
 PEEK_BYTES: Final = 1024  # how much of a connection's start is peeked at for the request line and Host
 # An HTTP request starts with an upper-case method and a space (a TLS record with 0x14 to 0x18): what has
 # arrived may be a prefix of that ("GE" alone is plain HTTP too).

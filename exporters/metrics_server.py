@@ -1,212 +1,173 @@
-"""The HTTP(S) server under ``/metrics``: a bounded pool of workers, TLS in the worker, a deadline per connection.
+"""The ``/metrics`` port: the Prometheus endpoint and the agent's routes, served on ``contract/http_loop``.
 
-The standard library's WSGI server with one change of model: ``socketserver``'s ThreadingMixIn starts a
-thread per connection without limit and knows no deadline, so this server hands each accepted connection
-to a pool of ``workers`` threads (one more connection is closed and counted as busy), does the TLS
-handshake there (a slow client never holds up the accept loop; plain HTTP sent to the TLS port is
-answered 400 with the https URL instead, ``contract/tls.py``), and cuts any connection still open
-``timeout_s`` after it was accepted (a socket timeout alone lets a client that sends a byte now and then
-hold a worker for ever). Hand-written on ``wsgiref`` because the agent carries no WSGI server dependency and
-the pieces are small.
+Kinds of work have lanes of their own, so none waits behind another: the kubelet's probes
+(``/healthz``, ``/readyz``), scrapes, the bcrypt checks of credentials not seen before, and admin
+actions. Basic auth is decided in the loop when the credential's verdict is known (``basic_auth``),
+so wrong passwords repeated by many clients cost no thread; a credential not seen before waits for
+the one bcrypt check at a time. TLS (the web-config file's certificate, read again when it changes),
+the client certificate's SANs and ``http_server_config.headers`` apply to every request; basic auth
+to all but the routes (probes carry no secret, admin actions their own bearer token).
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import socket
+import gzip
 import ssl
-import threading
-import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+import urllib.parse
+from collections.abc import Mapping
+from typing import Final
 
-from aaco.contract.tls import peek, plaintext_answer
-from aaco.exporters.web_config import WebConfigWatcher, allowed_san
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 
-log = logging.getLogger("aaco.exporters.prometheus")
+from aaco.contract.http_app import HTTP_CONNECTIONS, Answer, Head, Lane, Refuse, Reply, Work
+from aaco.contract.signals import MetricDef
+from aaco.contract.stats import Stats
+from aaco.exporters.routes import HttpRequest, Route
+from aaco.exporters.web_config import WebConfigWatcher, WebState, allowed_san
 
-# OpenSSL's reasons for a handshake that failed on the client's certificate (none given, or not verified).
-CLIENT_CERT_REASONS = frozenset(
-    {"PEER_DID_NOT_RETURN_A_CERTIFICATE", "CERTIFICATE_VERIFY_FAILED", "TLSV13_ALERT_CERTIFICATE_REQUIRED"}
-)
-LINGER_S = 2.0  # how long a client answered with the plain-HTTP hint is read before its connection is closed
+PORT_LABEL: Final = "metrics"
+PROBES: Final = frozenset({"/healthz", "/readyz"})
+ROUTE_BODY: Final = 64 * 1024  # the most body a route's request may carry
 
 
-@dataclass
-class _Conn:
-    sock: socket.socket
-    deadline: float
-    cut: bool = False
+def lanes(workers: int) -> dict[str, Lane]:
+    """The port's lanes: probes, scrapes (``workers`` threads), credentials' first bcrypt check, admin actions."""
+    return {"probe": Lane(1, 32), "metrics": Lane(workers, 16), "auth": Lane(1, 8), "admin": Lane(1, 4)}
 
 
-class QuietHandler(WSGIRequestHandler):
-    """The request handler: no request log, ``HTTPS`` set in the environ for a TLS connection."""
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Requests are not logged (scrapes every few seconds would flood the log)."""
-
-    def get_environ(self) -> dict[str, Any]:
-        """The environ of wsgiref, with ``HTTPS=on`` over TLS (so ``wsgi.url_scheme`` is https)."""
-        env = super().get_environ()
-        if isinstance(self.request, ssl.SSLSocket):
-            env["HTTPS"] = "on"
-        return env
-
-
-class PoolServer(WSGIServer):
-    """A WSGI server serving each connection in a bounded pool, over TLS when the web-config file says so."""
-
-    allow_reuse_address = True
-    request_queue_size = 128  # the listen backlog (socketserver's default is 5)
+class MetricsApp:
+    """What the ``/metrics`` port does with a request (``contract.http_app.App``)."""
 
     def __init__(
         self,
-        address: tuple[str, int],
-        *,
-        workers: int,
-        timeout_s: float,
+        registry: CollectorRegistry,
+        routes: Mapping[str, Route],
         web: WebConfigWatcher | None,
-        refused: Callable[[str], None],
+        stats: Stats,
+        refused: MetricDef,
     ) -> None:
-        super().__init__(address, QuietHandler)
-        self._slots = threading.BoundedSemaphore(workers)
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="aaco-metrics")
-        self._timeout_s = timeout_s
-        self._web = web
-        self._refused = refused
-        self._active: dict[int, _Conn] = {}  # by worker thread: each serves one connection at a time
-        self._active_lock = threading.Lock()
+        self.registry = registry
+        self.routes = dict(routes)
+        self.web = web
+        self.stats = stats
+        self.refused = refused
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        """In the accept loop: hand the connection to a free worker, or close it (busy)."""
-        if not self._slots.acquire(blocking=False):
-            self._refused("busy")
-            self.shutdown_request(request)
-            return
-        try:
-            self._pool.submit(self._serve, request, client_address)
-        except RuntimeError:  # the pool is shut down: the server is stopping
-            self._slots.release()
-            self.shutdown_request(request)
+    # -- the loop's questions (quick) -------------------------------------------------------------------
 
-    def _track(self, sock: socket.socket, deadline: float) -> None:
-        with self._active_lock:
-            self._active[threading.get_ident()] = _Conn(sock, deadline)
+    def label(self, path: str | None) -> str:
+        """Requests are counted by reason only."""
+        return PORT_LABEL
 
-    def _serve(self, sock: socket.socket, client_address: Any) -> None:
-        conn: socket.socket = sock
-        deadline = time.monotonic() + self._timeout_s
-        try:
-            self._track(sock, deadline)
-            sock.settimeout(self._timeout_s)
-            state = self._web.current() if self._web is not None and self._web.tls else None
-            if state is not None and state.context is not None:
-                if self._plaintext(sock):
-                    return
-                tls = self._handshake(state.context, sock, deadline, state.config.tls_server_config)
-                if tls is None:
-                    return
-                conn = tls
-            self.finish_request(conn, client_address)
-        except TimeoutError:
-            self._refuse_unless_cut("timeout")
-        except OSError as exc:
-            log.debug("metrics connection from %s ended: %s", client_address[0], exc)
-        except Exception:
-            log.exception("metrics connection from %s failed", client_address[0])
-        finally:
-            with self._active_lock:
-                self._active.pop(threading.get_ident(), None)
-            self.shutdown_request(conn)
-            self._slots.release()
+    def admit(self, head: Head) -> Refuse | Answer | Work:
+        """Probes and routes to their lanes; anything else past basic auth (decided now when its verdict is known)."""
+        if head.path in self.routes:
+            return Work("probe" if head.path in PROBES else "admin", max_body=ROUTE_BODY)
+        state = self.web.current() if self.web is not None else None
+        if state is not None and state.error is not None:
+            self.stats.inc(self.refused, reason="config_error")
+            return Answer(self._reply(state, 500, b"the agent's web-config file did not load; its log says why\n"))
+        if state is not None and state.users:  # before the path is looked at: no path is told apart without them
+            assert self.web is not None
+            verdict = self.web.auth.known(state.users, head.headers.get("authorization"))
+            if verdict is None:
+                return Work("auth")
+            if not verdict[0]:
+                return Answer(self._unauthorized(state, verdict[1]))
+        return self._authorized(state, head)
 
-    def _plaintext(self, sock: socket.socket) -> bool:
-        """Answer plain HTTP sent to the TLS port with a 400 naming the https URL (counted); True when it was."""
-        first = peek(sock)  # within the connection's timeout, as the handshake would wait
-        answer = plaintext_answer(first, sock.getsockname())
-        if answer is None:
-            return False
-        self._refused("plaintext_http")
-        sock.recv(len(first))  # the peeked request, read so that closing does not reset the answer away
-        sock.sendall(answer)
-        with contextlib.suppress(OSError):  # read what more the client sends until it closes, within its time
-            sock.shutdown(socket.SHUT_WR)
-            sock.settimeout(min(LINGER_S, self._timeout_s))
-            while sock.recv(65536):
-                pass
-        return True
+    def _authorized(self, state: WebState | None, head: Head) -> Answer | Work:
+        """What an authorised request gets: the metrics (in their lane), the index, 405 or 404."""
+        if head.path == "/metrics":
+            if head.method != "GET":
+                return Answer(self._reply(state, 405, b"use GET\n", (("Allow", "GET"),)))
+            return Work("metrics")
+        if head.path == "/":
+            return Answer(
+                self._reply(state, 200, ("AACO agent: " + " ".join(["/metrics", *self.routes]) + "\n").encode())
+            )
+        return Answer(self._reply(state, 404, b"not found; try /metrics\n"))
 
-    def _handshake(
-        self, context: ssl.SSLContext, sock: socket.socket, deadline: float, tls: Any
-    ) -> ssl.SSLSocket | None:
-        """The TLS handshake (within the deadline), then the SAN check; None (counted) when either fails."""
-        conn = context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
-        self._track(conn, deadline)
-        try:
-            conn.do_handshake()
-        except ssl.SSLError as exc:
-            reason = "client_cert" if exc.reason in CLIENT_CERT_REASONS else "tls_handshake"
-            self._refuse_unless_cut(reason)
-            log.debug("metrics TLS handshake refused (%s): %s", reason, exc)
-            self.shutdown_request(conn)
+    def tls(self) -> ssl.SSLContext | None:
+        """The web-config file's TLS context as it is now (None: plain HTTP)."""
+        if self.web is None or not self.web.tls:
             return None
-        except TimeoutError:
-            self._refuse_unless_cut("timeout")
-            self.shutdown_request(conn)
-            return None
-        except OSError as exc:
-            self._refuse_unless_cut("tls_handshake")
-            log.debug("metrics TLS handshake failed: %s", exc)
-            self.shutdown_request(conn)
-            return None
-        sans = tls.client_allowed_sans if tls is not None else []
-        if sans and not allowed_san(conn.getpeercert() or {}, sans):
-            self._refused("client_san")
-            log.info("metrics client certificate refused: none of its SANs is in client_allowed_sans")
-            self.shutdown_request(conn)
-            return None
-        return conn
+        return self.web.current().context
 
-    def _refuse_unless_cut(self, reason: str) -> None:
-        """Count a failure of this worker's connection, unless the deadline cut it (counted as timeout then)."""
-        with self._active_lock:
-            entry = self._active.get(threading.get_ident())
-            if entry is not None and entry.cut:
-                return
-            if entry is not None:
-                entry.cut = True
-        self._refused(reason)
+    def check_peer(self, sock: ssl.SSLSocket) -> str | None:
+        """``client_san`` when the client's certificate has none of ``client_allowed_sans``."""
+        state = self.web.current() if self.web is not None else None
+        tls = state.config.tls_server_config if state is not None else None
+        if (
+            tls is not None
+            and tls.client_allowed_sans
+            and not allowed_san(sock.getpeercert() or {}, tls.client_allowed_sans)
+        ):
+            return "client_san"
+        return None
 
-    def service_actions(self) -> None:
-        """In the accept loop (every half second): cut the connections past their deadline."""
-        now = time.monotonic()
-        with self._active_lock:
-            for entry in self._active.values():
-                if not entry.cut and entry.deadline <= now:
-                    entry.cut = True
-                    self._refused("timeout")
-                    _cut(entry.sock)
+    def release(self, reserved: int) -> None:
+        """Nothing is reserved."""
 
-    def close_all(self) -> None:
-        """After the accept loop stopped: cut every open connection and let the workers end."""
-        with self._active_lock:
-            for entry in self._active.values():
-                entry.cut = True
-                _cut(entry.sock)
-        self._pool.shutdown(wait=False)
+    def count(self, label: str, outcome: str) -> None:
+        """A refused request (timeout, malformed, busy, too_large, ...)."""
+        self.stats.inc(self.refused, reason=outcome)
 
+    def count_connection(self, outcome: str) -> None:
+        """A connection accepted, or ended."""
+        self.stats.inc(HTTP_CONNECTIONS, port=PORT_LABEL, outcome=outcome)
 
-class PoolServerV6(PoolServer):
-    """The same on an IPv6 address."""
+    # -- a lane's work ----------------------------------------------------------------------------------
 
-    address_family = socket.AF_INET6
+    def handle(self, head: Head, body: bytes, lane: str) -> Reply:
+        """A route's answer, or the metrics (after the bcrypt check, in the ``auth`` lane)."""
+        state = self.web.current() if self.web is not None else None
+        if lane in ("probe", "admin"):
+            return self._route(state, head)
+        if lane == "auth":
+            assert self.web is not None and state is not None
+            ok, why = self.web.auth.check(state.users, head.headers.get("authorization"))
+            if not ok:
+                return self._unauthorized(state, why)
+            then = self._authorized(state, head)
+            if isinstance(then, Answer):
+                return then.reply
+        return self._metrics(state, head)
 
+    def _metrics(self, state: WebState | None, head: Head) -> Reply:
+        """The exposition the Accept header asks for (text or OpenMetrics), gzip when accepted, ``name[]`` kept."""
+        encoder, content_type = choose_encoder(head.headers.get("accept", ""))
+        params = urllib.parse.parse_qs(head.query)
+        registry = self.registry.restricted_registry(params["name[]"]) if "name[]" in params else self.registry
+        output = encoder(registry)
+        extra: tuple[tuple[str, str], ...] = ()
+        if gzip_accepted(head.headers.get("accept-encoding", "")):
+            output, extra = gzip.compress(output, compresslevel=5), (("Content-Encoding", "gzip"),)
+        return self._reply(state, 200, output, extra, content_type)
 
-def _cut(sock: socket.socket) -> None:
-    """Shut a socket down under the thread blocked on it (the plain socket's call, also for an SSLSocket)."""
-    with contextlib.suppress(OSError):
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    def _route(self, state: WebState | None, head: Head) -> Reply:
+        request = HttpRequest(
+            method=head.method,
+            path=head.path,
+            query={k: v[-1] for k, v in urllib.parse.parse_qs(head.query).items()},
+            authorization=head.headers.get("authorization"),
+            peer=head.peer,
+        )
+        answer = self.routes[head.path](request)
+        return self._reply(state, answer.status, answer.body, answer.headers, answer.content_type)
+
+    def _unauthorized(self, state: WebState, why: str) -> Reply:
+        self.stats.inc(self.refused, reason=why)
+        return self._reply(state, 401, b"Unauthorized\n", (("WWW-Authenticate", 'Basic realm="aaco"'),))
+
+    @staticmethod
+    def _reply(
+        state: WebState | None,
+        status: int,
+        body: bytes,
+        headers: tuple[tuple[str, str], ...] = (),
+        content_type: str = "text/plain; charset=utf-8",
+    ) -> Reply:
+        """A reply with the web-config file's ``http_server_config.headers``."""
+        extra = tuple(state.headers) if state is not None else ()
+        return Reply(status, body, content_type, headers + extra)

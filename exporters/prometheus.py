@@ -9,23 +9,20 @@ The server takes a Prometheus web-config file (``web_config_file``, see ``web_co
 auth, as node-exporter does. The agent's routes (``routes.py``: ``/healthz``, ``/readyz``, ``/api/v1/capture``) skip
 its basic auth: probes cannot carry a secret without putting it in the pod spec, and admin actions have their
 own bearer token (both would use the Authorization header).
-Connections are served by a bounded pool of threads (the TLS handshake in the worker, never in the accept
-loop), each cut off ``request_timeout_s`` after it was accepted; every refusal is counted.
+The port runs on ``contract/http_loop`` (one selector loop, lanes of threads for probes, scrapes, bcrypt
+checks and admin actions, connections bounded and the idle oldest evicted): ``metrics_server.py``.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-import urllib.parse
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from http import HTTPStatus
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -36,6 +33,8 @@ from prometheus_client.samples import Exemplar as PromExemplar
 from pydantic import Field, PositiveFloat, PositiveInt, conint
 
 from aaco.contract.errors import AacoError
+from aaco.contract.http_app import Limits
+from aaco.contract.http_loop import LoopServer
 from aaco.contract.schemas import EventBatch
 from aaco.contract.signals import HistogramValue, MetricDef, MetricPoint, define
 from aaco.contract.snapshot import AnalysisSnapshot
@@ -43,9 +42,9 @@ from aaco.contract.stats import Stats
 from aaco.contract.version import version
 from aaco.exporters.base import Exporter, ExportResult
 from aaco.exporters.context import ExporterContext, ExporterSettings
-from aaco.exporters.metrics_server import PoolServer, PoolServerV6
-from aaco.exporters.routes import HttpRequest, Route
-from aaco.exporters.web_config import WebConfigWatcher, WebState
+from aaco.exporters.metrics_server import MetricsApp, lanes
+from aaco.exporters.routes import Route
+from aaco.exporters.web_config import WebConfigWatcher
 
 log = logging.getLogger("aaco.exporters.prometheus")
 
@@ -76,11 +75,10 @@ METRICS_SERVER_REFUSED = define(
     "aaco_metrics_server_refused",
     "counter",
     "{request}",
-    "Connections and requests the /metrics server refused, by reason: no_credentials and bad_credentials (401, "
-    "basic auth), config_error (500: the web-config file's latest change did not load), tls_handshake, "
-    "client_cert (no or unverified client certificate), client_san (not in client_allowed_sans), plaintext_http "
-    "(plain HTTP sent to the TLS port: answered 400 with the https URL), timeout (request_timeout_s passed), busy "
-    "(max_workers connections already served).",
+    "Requests the /metrics server refused, by reason: no_credentials and bad_credentials (401, basic auth), "
+    "config_error (500: the web-config file's latest change did not load), timeout (request_timeout_s passed "
+    "before the request was whole: 408), busy (its lane's queue full: 503), malformed, headers_too_large, "
+    "too_large, client_gone. Connections: aaco_http_connections_total{port=metrics}.",
     ("reason",),
 )
 
@@ -104,14 +102,26 @@ class PrometheusConfig(ExporterSettings):
         "stay open (probes carry no secret); /api/v1/capture has its own bearer token. null: plain HTTP, no auth.",
     )
     max_workers: PositiveInt = Field(
-        8,
-        description="Connections served at once, one thread each (TLS handshake included); one more is closed "
-        "and counted (aaco_metrics_server_refused_total{reason=busy}).",
+        2,
+        description="Threads rendering scrapes. Probes (/healthz, /readyz), first checks of a credential's "
+        "password (bcrypt) and admin actions have a thread each of their own, so none waits behind the others.",
+    )
+    max_connections: PositiveInt = Field(
+        128,
+        description="Open connections at most. At the bound (or max_connections_per_peer), the oldest connection "
+        "holding no work (idle, half-sent, handshaking) is closed to make room: a flood of half-open connections "
+        "cannot keep a scrape or a probe out (aaco_http_connections_total{port=metrics,outcome=evicted}).",
+    )
+    max_connections_per_peer: PositiveInt = Field(
+        64, description="Open connections from one address at most (then its own oldest idle one is closed)."
     )
     request_timeout_s: PositiveFloat = Field(
-        10.0,
-        description="Longest a connection may take from accept to the end of its response (TLS handshake "
-        "included); then it is cut and counted (reason=timeout).",
+        5.0,
+        description="Longest a request's line, headers (and body) may take from their first byte, and a TLS "
+        "handshake from accept; then the connection is closed and counted (reason=timeout).",
+    )
+    idle_timeout_s: PositiveFloat = Field(
+        60.0, description="How long a kept-alive connection may wait for its next request (scrapers reuse theirs)."
     )
 
 
@@ -152,17 +162,6 @@ def _le(bound: float) -> str:
     return repr(float(bound))
 
 
-def _with_headers(start_response: Callable[..., Any], extra: list[tuple[str, str]]) -> Callable[..., Any]:
-    """``start_response`` adding the web-config file's ``http_server_config.headers`` to every response."""
-    if not extra:
-        return start_response
-
-    def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
-        return start_response(status, headers + extra, exc_info)
-
-    return start
-
-
 class _Collector:
     def __init__(self, exporter: PrometheusExporter) -> None:
         self._exp = exporter
@@ -201,9 +200,8 @@ class PrometheusExporter(Exporter):
         self.last_collect_s = 0.0
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))  # type: ignore[arg-type]
-        self._server: PoolServer | None = None
+        self._server: LoopServer | None = None
         self._web: WebConfigWatcher | None = None
-        self._thread: threading.Thread | None = None
         self._closed = False
 
     @classmethod
@@ -216,99 +214,29 @@ class PrometheusExporter(Exporter):
     @property
     def port(self) -> int:
         """The bound port (useful with port 0)."""
-        return self._server.server_port if self._server else self.config.port
-
-    def _app(self) -> Callable[..., Iterable[bytes]]:
-        metrics = make_wsgi_app(self.registry)
-
-        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-            path = environ.get("PATH_INFO", "/")
-            if self._web is not None:
-                state = self._web.current()
-                start_response = _with_headers(start_response, state.headers)
-                if path not in self.routes:
-                    refusal = self._refusal(state, environ, start_response)
-                    if refusal is not None:
-                        return refusal
-            if path == "/metrics":
-                return metrics(environ, start_response)
-            if path in self.routes:
-                return self._route(self.routes[path], environ, start_response)
-            if path == "/":
-                start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8")])
-                return [("AACO agent: " + " ".join(["/metrics", *self.routes]) + "\n").encode()]
-            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
-            return [b"not found; try /metrics\n"]
-
-        return app
-
-    def _refusal(
-        self, state: WebState, environ: dict[str, Any], start_response: Callable[..., Any]
-    ) -> list[bytes] | None:
-        """The answer to a request the web-config file does not let through (counted), None when it does."""
-        assert self._web is not None
-        if state.error is not None:
-            self.stats.inc(METRICS_SERVER_REFUSED, reason="config_error")
-            start_response("500 Internal Server Error", [("Content-Type", "text/plain; charset=utf-8")])
-            return [b"the agent's web-config file did not load; its log says why\n"]
-        if not state.users:
-            return None
-        ok, why = self._web.auth.check(state.users, environ.get("HTTP_AUTHORIZATION"))
-        if ok:
-            return None
-        self.stats.inc(METRICS_SERVER_REFUSED, reason=why)
-        start_response(
-            "401 Unauthorized",
-            [("Content-Type", "text/plain; charset=utf-8"), ("WWW-Authenticate", 'Basic realm="aaco"')],
-        )
-        return [b"Unauthorized\n"]
-
-    @staticmethod
-    def _route(route: Route, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        """Hand a request to one of the agent's routes and write its answer."""
-        request = HttpRequest(
-            method=environ.get("REQUEST_METHOD", "GET"),
-            path=environ.get("PATH_INFO", "/"),
-            query={k: v[-1] for k, v in urllib.parse.parse_qs(environ.get("QUERY_STRING", "")).items()},
-            authorization=environ.get("HTTP_AUTHORIZATION"),
-            peer=f"{environ.get('REMOTE_ADDR', '?')}:{environ.get('REMOTE_PORT', '?')}",
-        )
-        answer = route(request)
-        try:
-            phrase = HTTPStatus(answer.status).phrase
-        except ValueError:
-            phrase = "Error"
-        start_response(f"{answer.status} {phrase}", [("Content-Type", answer.content_type), *answer.headers])
-        return [answer.body]
+        return self._server.port if self._server else self.config.port
 
     def start(self) -> None:
-        """Bind and serve in a background thread (an address in use, a bad web-config file: clear errors)."""
-        if self.config.web_config_file is not None:
-            self._web = WebConfigWatcher(self.config.web_config_file, self.stats)
-        server_class = PoolServerV6 if ":" in self.config.address else PoolServer
+        """Bind and serve (an address in use, a bad web-config file: clear errors)."""
+        cfg = self.config
+        if cfg.web_config_file is not None:
+            self._web = WebConfigWatcher(cfg.web_config_file, self.stats)
+        app = MetricsApp(self.registry, self.routes, self._web, self.stats, METRICS_SERVER_REFUSED)
+        limits = Limits(cfg.max_connections, cfg.max_connections_per_peer, cfg.request_timeout_s, cfg.idle_timeout_s)
+        self._server = LoopServer("metrics", cfg.address, cfg.port, limits, lanes(cfg.max_workers), app, log)
         try:
-            self._server = server_class(
-                (self.config.address, self.config.port),
-                workers=self.config.max_workers,
-                timeout_s=self.config.request_timeout_s,
-                web=self._web,
-                refused=lambda reason: self.stats.inc(METRICS_SERVER_REFUSED, reason=reason),
-            )
+            self._server.bind()
         except OSError as exc:
             raise AacoError(
-                f"cannot serve metrics on {self.config.address}:{self.config.port}: {exc.strerror or exc}",
+                f"cannot serve metrics on {cfg.address}:{cfg.port}: {exc.strerror or exc}",
                 subject="exporters.prometheus",
                 hint="choose another port with --metrics-port",
             ) from exc
-        self._server.set_app(self._app())
-        self._thread = threading.Thread(target=self._server.serve_forever, name="aaco-prometheus", daemon=True)
-        self._thread.start()
+        self._server.start()
         scheme = "https" if self._web is not None and self._web.tls else "http"
-        log.info("metrics on %s://%s:%d/metrics", scheme, self.config.address, self.port)
+        log.info("metrics on %s://%s:%d/metrics", scheme, cfg.address, self.port)
         if self._web is not None and not self._web.tls and self._web.current().users:
-            log.warning(
-                "%s: basic auth without tls_server_config sends passwords in the clear", self.config.web_config_file
-            )
+            log.warning("%s: basic auth without tls_server_config sends passwords in the clear", cfg.web_config_file)
 
     def export(self, batch: EventBatch) -> ExportResult:
         """Events are not exposed one by one: their analyzers' snapshots are."""
@@ -329,8 +257,4 @@ class PrometheusExporter(Exporter):
             return
         self._closed = True
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server.close_all()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
+            self._server.stop(timeout_s)

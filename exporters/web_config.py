@@ -18,21 +18,15 @@ certificate it requires (against ``client_ca_file``, which it then needs), ``cip
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import hmac
 import ipaddress
 import logging
 import os
 import ssl
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-import bcrypt
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -41,6 +35,7 @@ from aaco.contract.errors import AacoError
 from aaco.contract.signals import define
 from aaco.contract.stats import Stats
 from aaco.contract.tls import server_context
+from aaco.exporters.basic_auth import BasicAuth
 
 log = logging.getLogger("aaco.exporters.web_config")
 
@@ -75,10 +70,6 @@ EXTRA_HEADERS: dict[str, tuple[str, ...]] = {
     "Content-Security-Policy": (),
 }
 BCRYPT_PREFIXES = (b"$2a$", b"$2b$", b"$2y$")
-# A bcrypt hash (cost 10) of a random password nobody knows: an unknown user costs one bcrypt check
-# like a known one, so response times do not tell which user names exist (exporter-toolkit does the same).
-DECOY_HASH = b"$2b$10$HluPuqofZ3Safb3.z1vm2eSecnmpJUGssuVOcm6Z8ixcPmxphP1QG"
-VERIFIED_CACHE = 1024  # successful checks remembered (only successes: a guesser cannot fill it)
 
 
 class TlsServerConfig(StrictModel):
@@ -236,49 +227,6 @@ def _canonical(name: str) -> str:
         return str(ipaddress.ip_address(name.strip()))
     except ValueError:
         return name
-
-
-class BasicAuth:
-    """bcrypt checks of ``Authorization: Basic`` credentials, successes remembered (bcrypt costs ~100 ms)."""
-
-    def __init__(self) -> None:
-        self._bcrypt = threading.Lock()  # one bcrypt at a time: it is CPU work, and the machine is shared
-        self._lock = threading.Lock()
-        self._verified: OrderedDict[bytes, bytes] = OrderedDict()  # sha256(user, password) -> the hash it matched
-
-    def check(self, users: dict[str, str], authorization: str | None) -> tuple[bool, str]:
-        """(True, user) when the header carries a user of ``users`` and its password, else (False, reason)."""
-        if not authorization:
-            return False, "no_credentials"
-        scheme, _, encoded = authorization.strip().partition(" ")
-        if scheme.lower() != "basic":
-            return False, "no_credentials"
-        try:
-            user, sep, password = base64.b64decode(encoded.strip(), validate=True).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError):
-            return False, "bad_credentials"
-        if not sep:
-            return False, "bad_credentials"
-        known = user in users
-        hashed = users[user].encode() if known else DECOY_HASH
-        key = hashlib.sha256(len(user).to_bytes(4, "big") + user.encode() + password.encode()).digest()
-        with self._lock:
-            cached = self._verified.get(key)
-        if cached is not None and known and hmac.compare_digest(cached, hashed):
-            return True, user
-        try:
-            with self._bcrypt:
-                ok = bcrypt.checkpw(password.encode(), hashed)
-        except ValueError:  # a password over bcrypt's 72 bytes (Go's bcrypt refuses it too)
-            return False, "bad_credentials"
-        if not (ok and known):
-            return False, "bad_credentials"
-        with self._lock:
-            self._verified[key] = hashed
-            self._verified.move_to_end(key)
-            while len(self._verified) > VERIFIED_CACHE:
-                self._verified.popitem(last=False)
-        return True, user
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,13 @@ class OtlpReceiverConfig(StrictModel):
     tls: ReceiverTlsConfig | None = Field(None, description="TLS for both ports (null: plaintext).")
     max_connections: PositiveInt = Field(
         1024,
-        description="Open connections allowed per port (HTTP: more are closed at once; gRPC: the core refuses them).",
+        description="Open connections allowed per port (HTTP: the oldest idle one is closed to make room, or, when "
+        "every one is at work, the new one refused; gRPC: the core refuses them).",
+    )
+    max_connections_per_peer: PositiveInt = Field(
+        256,
+        description="Open HTTP connections from one address at most. At this bound or max_connections, the oldest "
+        "connection holding no request in work is closed to make room (counted evicted).",
     )
     max_workers: PositiveInt = Field(
         4, description="Threads that parse and forward requests, per port (connections wait without a thread)."

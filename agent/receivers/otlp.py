@@ -27,6 +27,7 @@ HTTP port's own defences (connection, header, body and time limits) are in ``htt
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -49,14 +50,16 @@ from aaco.agent.receivers.base import Forwarder, ReceiverContext, SpanSink
 from aaco.agent.receivers.config import OtlpReceiverConfig
 from aaco.agent.receivers.genai import SOURCE as REQUESTS_SOURCE
 from aaco.agent.receivers.genai import RequestRows
-from aaco.agent.receivers.http_server import HttpServer
-from aaco.agent.receivers.http_wire import Reply, Request, gunzip_bounded
+from aaco.agent.receivers.http_server import OtlpHttp, http_server
+from aaco.agent.receivers.http_wire import Request, gunzip_bounded
 from aaco.agent.receivers.ids import drop_malformed
 from aaco.agent.receivers.tls import grpc_credentials, http_context
 from aaco.contract.budget import DEFAULT_BUDGET_BYTES, ByteBudget
 from aaco.contract.channel import MAX_BATCH_ROWS, BatchQueue
 from aaco.contract.component import Component
 from aaco.contract.errors import AacoError
+from aaco.contract.http_app import Reply
+from aaco.contract.http_loop import LoopServer
 from aaco.contract.schemas import EventBatch
 from aaco.contract.signals import define
 from aaco.contract.stats import Stats
@@ -175,7 +178,7 @@ class OtlpReceiver(Component):
         self._requests = RequestRows(node, stats)
         self._limiter = _Limiter(config.rate_limit_rps)
         self._grpc: grpc.Server | None = None
-        self._http: HttpServer | None = None
+        self._http: LoopServer | None = None
         self.grpc_port = 0
         self.http_port = 0
 
@@ -382,9 +385,8 @@ class OtlpReceiver(Component):
                 subject="receivers.otlp.grpc_port",
                 hint="choose another port",
             ) from exc
-        self._http = HttpServer(
-            cfg, self.stats, self.budget, self._http_request, lambda s, o: self._count("http", s, o), tls_context
-        )
+        count = functools.partial(self._count, "http")
+        self._http = http_server(OtlpHttp(cfg, self.stats, self.budget, self._http_request, count, tls_context))
         try:
             self.http_port = self._http.bind()
         except OSError as exc:

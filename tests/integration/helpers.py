@@ -44,9 +44,12 @@ def start_aaco(
     )
 
 
-def http_get(url: str, timeout: float = 5.0, accept: str | None = None) -> tuple[int, str]:
-    """GET ``url``: (status, body); connection errors give status 0."""
-    req = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+def http_get(url: str, timeout: float = 5.0, accept: str | None = None, auth: str | None = None) -> tuple[int, str]:
+    """GET ``url`` (with an Accept and an Authorization header when given): (status, body); connection errors: 0."""
+    headers = {"Accept": accept} if accept else {}
+    if auth:
+        headers["Authorization"] = auth
+    req = urllib.request.Request(url, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, resp.read().decode()

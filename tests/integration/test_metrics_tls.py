@@ -97,8 +97,10 @@ def test_prometheus_scrapes_metrics_over_tls_with_basic_auth(tmp_path: Path):
         assert no_cert["health"] == "down"  # its error is the TLS alert or a broken pipe, as the handshake races
         assert no_cert["lastError"]
         # the refusals are counted, and scraped through the door that works
-        for reason in ("bad_credentials", "client_cert"):
-            query = f'aaco_metrics_server_refused_total{{job="aaco",reason="{reason}"}} > 0'
+        for query in (
+            'aaco_metrics_server_refused_total{job="aaco",reason="bad_credentials"} > 0',
+            'aaco_http_connections_total{job="aaco",port="metrics",outcome="client_cert"} > 0',
+        ):
             assert _wait(lambda q=query: bool(instant_query(prom, q))), query
     finally:
         if prom is not None:

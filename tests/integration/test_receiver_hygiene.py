@@ -19,9 +19,9 @@ from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from aaco.agent.receivers.config import OtlpReceiverConfig
-from aaco.agent.receivers.http_wire import RECEIVER_CONNECTIONS
 from aaco.agent.receivers.otlp import RECEIVER_ITEMS_REJECTED, RECEIVER_REQUESTS, OtlpReceiver
 from aaco.contract.budget import ByteBudget
+from aaco.contract.http_app import HTTP_CONNECTIONS
 from aaco.contract.stats import Stats
 
 pytestmark = pytest.mark.integration
@@ -173,7 +173,7 @@ def test_keep_alive_serves_several_requests_on_one_connection():
             assert resp.status == 200
         conn.close()
         assert traces.span_names() == ["first", "second", "third"]
-        assert rx.stats.get(RECEIVER_CONNECTIONS, outcome="accepted") == 1
+        assert rx.stats.get(HTTP_CONNECTIONS, port="otlp_http", outcome="accepted") == 1
 
 
 def test_over_budget_is_503_with_retry_after_on_http_and_resource_exhausted_on_grpc():
@@ -196,13 +196,15 @@ def test_grpc_size_refusal_is_counted():
         assert count(rx, "too_large", protocol="grpc") == 1
 
 
-def test_too_many_connections_are_refused_at_once_and_counted():
+def test_at_max_connections_a_stalled_connection_makes_room():
     with receiver(max_connections=3) as (rx, _):
         held = [socket.create_connection(("127.0.0.1", rx.http_port), timeout=10) for _ in range(3)]
-        wait_for(lambda: rx.stats.get(RECEIVER_CONNECTIONS, outcome="accepted") == 3)
-        status, _ = exchange(rx.http_port, head("0"))
-        assert status == 503
-        assert rx.stats.get(RECEIVER_CONNECTIONS, outcome="too_many_connections") == 1
+        held[1].sendall(b"POST /v1/traces HTTP/1.1\r\n")  # half a request: stalled, the first to go
+        wait_for(lambda: rx.stats.get(HTTP_CONNECTIONS, port="otlp_http", outcome="accepted") == 3)
+        status, _ = exchange(rx.http_port, head("0", extra="Connection: close\r\n"))
+        assert status == 200
+        assert rx.stats.get(HTTP_CONNECTIONS, port="otlp_http", outcome="evicted") == 1
+        assert held[1].recv(1) == b"", "the one stalled mid-request was closed to make room"
         for s in held:
             s.close()
 
@@ -216,9 +218,14 @@ def test_read_and_idle_timeouts_close_and_count():
                 got += chunk
             assert got.startswith(b"HTTP/1.1 408")
         assert count(rx, "timeout") == 1
+        with socket.create_connection(("127.0.0.1", rx.http_port), timeout=10) as silent:
+            assert silent.recv(4096) == b""  # never a byte: closed at the read deadline
+        assert rx.stats.get(HTTP_CONNECTIONS, port="otlp_http", outcome="timeout") == 1
         with socket.create_connection(("127.0.0.1", rx.http_port), timeout=10) as idle:
-            assert idle.recv(4096) == b""  # closed by the server
-        assert rx.stats.get(RECEIVER_CONNECTIONS, outcome="idle_timeout") == 1
+            idle.sendall(head("0"))
+            assert idle.recv(4096).startswith(b"HTTP/1.1 200")
+            assert idle.recv(4096) == b""  # then kept alive, idle, closed at the idle deadline
+        assert rx.stats.get(HTTP_CONNECTIONS, port="otlp_http", outcome="idle_timeout") == 1
 
 
 def test_a_client_that_resets_mid_body_is_one_debug_line(caplog):
@@ -243,7 +250,7 @@ def test_slow_loris_holds_sockets_not_threads():
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
     if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < 2100:
         pytest.skip("cannot open 1,000 connections here (RLIMIT_NOFILE)")
-    with receiver(max_connections=2000, read_timeout_s=120) as (rx, traces):
+    with receiver(max_connections=2000, max_connections_per_peer=2000, read_timeout_s=120) as (rx, traces):
         before = threading.active_count()
         loris = []
         try:
@@ -252,7 +259,7 @@ def test_slow_loris_holds_sockets_not_threads():
             for byte in b"POST /v1/tr":  # headers a byte at a time, never finished
                 for s in loris:
                     s.send(bytes([byte]))
-            wait_for(lambda: rx.stats.get(RECEIVER_CONNECTIONS, outcome="accepted") == 1000, timeout_s=60)
+            wait_for(lambda: rx.stats.get(HTTP_CONNECTIONS, port="otlp_http", outcome="accepted") == 1000, timeout_s=60)
             during = threading.active_count()
             conn = http.client.HTTPConnection("127.0.0.1", rx.http_port, timeout=30)
             conn.request("POST", "/v1/traces", spans_request("served"), {"Content-Type": "application/x-protobuf"})

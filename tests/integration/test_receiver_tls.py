@@ -20,10 +20,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from aaco.agent.config import load_config
 from aaco.agent.receivers.config import OtlpReceiverConfig
-from aaco.agent.receivers.http_wire import RECEIVER_CONNECTIONS
 from aaco.agent.receivers.otlp import OtlpReceiver
 from aaco.agent.service import AgentService
 from aaco.contract.errors import AacoError
+from aaco.contract.http_app import HTTP_CONNECTIONS
 from aaco.contract.stats import Stats
 from tests.conftest import get_free_port
 from tests.support.otlp_json import rich_request, to_json
@@ -138,7 +138,7 @@ def test_client_certificates_are_required_when_a_client_ca_is_set(tmp_path, pki)
                 https.request("POST", "/v1/traces", b"", {"Content-Type": "application/x-protobuf"})
                 https.getresponse()
             https.close()
-            wait_for(lambda: svc.stats.get(RECEIVER_CONNECTIONS, outcome="tls_failed") == 1)
+            wait_for(lambda: svc.stats.get(HTTP_CONNECTIONS, port="otlp_http", outcome="client_cert") == 1)
         finally:
             svc.shutdown(timeout_s=20)
         assert [s.name for _, s in upstream.got.spans()] == ["with a client certificate"]
@@ -172,11 +172,11 @@ def test_plain_http_to_the_tls_port_is_answered_400_naming_the_https_url(pki):
             "Client sent an HTTP request to an HTTPS server: this port speaks TLS; "
             f"use https://127.0.0.1:{rx.http_port}/v1/traces\n"
         )
-        assert stats.get(RECEIVER_CONNECTIONS, outcome="plaintext_http") == 1
+        assert stats.get(HTTP_CONNECTIONS, port="otlp_http", outcome="plaintext_http") == 1
         https = urllib.request.Request(f"https://localhost:{rx.http_port}/v1/traces", body, ctype, method="POST")
         context = ssl.create_default_context(cafile=str(pki.ca))
         with urllib.request.urlopen(https, timeout=10, context=context) as r:
             assert (r.status, r.headers["Content-Type"], r.read()) == (200, "application/json", b"{}")
-        assert stats.get(RECEIVER_CONNECTIONS, outcome="tls_failed") == 0
+        assert stats.get(HTTP_CONNECTIONS, port="otlp_http", outcome="tls_failed") == 0
     finally:
         rx.shutdown(5)

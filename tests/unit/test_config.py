@@ -120,7 +120,8 @@ def test_unknown_keys_list_allowed_keys():
     assert "unknown key" in top
     assert "allowed: admin, analyzers, exporters, log_level, node, pipeline, receivers, sources" in top
     nested = next(p for p in probs if p.startswith("exporters.prometheus.prot:"))
-    assert "allowed: address, enabled, max_workers, port, request_timeout_s, web_config_file" in nested
+    allowed = "address, enabled, idle_timeout_s, max_connections, max_connections_per_peer, max_workers, port, "
+    assert f"allowed: {allowed}request_timeout_s, web_config_file" in nested
 
 
 def test_unknown_key_in_a_source_lists_that_source_type_keys():

@@ -18,10 +18,11 @@ from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from aaco.agent.receivers.config import OtlpReceiverConfig
-from aaco.agent.receivers.http_wire import Reply, Request
+from aaco.agent.receivers.http_wire import Request
 from aaco.agent.receivers.otlp import RECEIVER_REQUESTS, OtlpReceiver
 from aaco.agent.receivers.otlp_json import JSON_PARSE_FACTOR, JsonRequestError, decode
 from aaco.contract.budget import ByteBudget
+from aaco.contract.http_app import Reply
 from aaco.contract.stats import Stats
 from tests.support.otlp_json import DATA, rich_request, to_json, upstream_trace
 from tests.unit.builders import Bus, SpanRecorder

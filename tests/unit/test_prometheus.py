@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import socket
 import ssl
@@ -24,6 +23,7 @@ from aaco.analyzers.kar import KarAnalyzer
 from aaco.analyzers.latency import ITERATION_LATENCY, LatencyAnalyzer
 from aaco.analyzers.stats import Histogram
 from aaco.contract.errors import AacoError
+from aaco.contract.http_app import HTTP_CONNECTIONS
 from aaco.contract.signals import LATENCY_BUCKETS, Exemplar, HistogramValue, MetricPoint
 from aaco.contract.snapshot import AnalysisSnapshot
 from aaco.contract.stats import EVENTS_DROPPED, QUEUE_DEPTH, Stats
@@ -412,9 +412,9 @@ def test_plain_http_to_the_tls_port_is_answered_400_naming_the_https_url(serve_w
     assert err.value.read().decode() == (
         f"Client sent an HTTP request to an HTTPS server: this port speaks TLS; use https://127.0.0.1:{exp.port}/metrics\n"
     )
-    assert stats.get(METRICS_SERVER_REFUSED, reason="plaintext_http") == 1  # counted before the answer was sent
+    assert conns(stats, "plaintext_http") == 1  # counted before the answer was sent
     assert fetch(f"https://127.0.0.1:{exp.port}/metrics", client_context(pki))[0] == 200
-    assert stats.get(METRICS_SERVER_REFUSED, reason="tls_handshake") == 0
+    assert conns(stats, "tls_failed") == 0
 
 
 def test_client_certificate_required(serve_with, pki: Pki):
@@ -423,7 +423,7 @@ def test_client_certificate_required(serve_with, pki: Pki):
     url = f"https://127.0.0.1:{exp.port}/metrics"
     with pytest.raises(OSError):
         fetch(url, client_context(pki))
-    assert wait_for(lambda: stats.get(METRICS_SERVER_REFUSED, reason="client_cert") == 1)
+    assert wait_for(lambda: conns(stats, "client_cert") == 1)
     assert fetch(url, client_context(pki, cert=True))[0] == 200
     # the probes too need the certificate then: the TLS layer is below every path
     with pytest.raises(OSError):
@@ -435,7 +435,7 @@ def test_client_certificate_of_another_ca_is_refused(serve_with, pki: Pki):
     exp, stats, _ = serve_with(doc)
     with pytest.raises(OSError):
         fetch(f"https://127.0.0.1:{exp.port}/metrics", client_context(pki, cert=True))
-    assert wait_for(lambda: stats.get(METRICS_SERVER_REFUSED, reason="client_cert") == 1)
+    assert wait_for(lambda: conns(stats, "client_cert") == 1)
 
 
 def test_client_allowed_sans(serve_with, pki: Pki):
@@ -445,7 +445,7 @@ def test_client_allowed_sans(serve_with, pki: Pki):
     exp, stats, _ = serve_with(doc)
     with pytest.raises(OSError):
         fetch(f"https://127.0.0.1:{exp.port}/metrics", client_context(pki, cert=True))
-    assert wait_for(lambda: stats.get(METRICS_SERVER_REFUSED, reason="client_san") == 1)
+    assert wait_for(lambda: conns(stats, "client_san") == 1)
 
 
 def test_certificate_rotation_is_picked_up(serve_with, pki: Pki, tmp_path: Path):
@@ -495,7 +495,7 @@ def test_a_silent_client_is_cut_at_the_deadline(serve_with, pki: Pki):
     exp, stats, _ = serve_with(tls_doc(pki), request_timeout_s=0.5)
     with socket.create_connection(("127.0.0.1", exp.port), timeout=30) as sock:
         assert sock.recv(1) == b"", "the server closed the connection (no TLS handshake came)"
-    assert wait_for(lambda: stats.get(METRICS_SERVER_REFUSED, reason="timeout") == 1)
+    assert wait_for(lambda: conns(stats, "timeout") == 1)
     assert fetch(f"https://127.0.0.1:{exp.port}/metrics", client_context(pki))[0] == 200
 
 
@@ -503,27 +503,33 @@ def test_a_slow_request_is_cut_at_the_deadline(serve_with):
     exp, stats, _ = serve_with({}, request_timeout_s=0.5)
     with socket.create_connection(("127.0.0.1", exp.port), timeout=30) as sock:
         sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
-        assert sock.recv(1) == b""
+        answer = b""
+        while chunk := sock.recv(4096):  # the answer, then the close
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 408 ")
     assert wait_for(lambda: stats.get(METRICS_SERVER_REFUSED, reason="timeout") == 1)
 
 
-def test_connections_past_max_workers_are_refused(serve_with):
-    exp, stats, _ = serve_with({}, max_workers=1, request_timeout_s=60)
-    with socket.create_connection(("127.0.0.1", exp.port), timeout=30) as held:
-        assert wait_for(lambda: len(exp._server._active) == 1)  # the one worker is busy with it
-        with (
-            socket.create_connection(("127.0.0.1", exp.port), timeout=30) as extra,
-            contextlib.suppress(ConnectionResetError),
-        ):
-            assert extra.recv(1) == b""
-        assert stats.get(METRICS_SERVER_REFUSED, reason="busy") == 1
-        held.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
-        assert held.recv(64).startswith(b"HTTP/1.0 200")
+def test_half_open_connections_are_evicted_for_a_probe_and_a_scrape(serve_with):
+    exp, stats, _ = serve_with({}, max_connections=4, max_connections_per_peer=4, request_timeout_s=60)
+    held = [socket.create_connection(("127.0.0.1", exp.port), timeout=30) for _ in range(4)]
+    try:
+        for sock in held:
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # half a request each, then nothing
+        assert wait_for(lambda: conns(stats, "accepted") == 4)
+        assert fetch(f"http://127.0.0.1:{exp.port}/healthz")[0] == 200
+        assert conns(stats, "evicted") == 1
+        assert held[0].recv(1) == b"", "the oldest made room"
+        held[0] = socket.create_connection(("127.0.0.1", exp.port), timeout=30)  # the bound again
+        held[0].sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        assert wait_for(lambda: conns(stats, "accepted") == 6)
+        assert fetch(f"http://127.0.0.1:{exp.port}/metrics")[0] == 200
+        assert conns(stats, "evicted") == 2
+        assert held[1].recv(1) == b"", "then the next oldest"
+    finally:
+        for sock in held:
+            sock.close()
 
-    def served_again() -> bool:  # once the worker has let the held connection go
-        try:
-            return fetch(f"http://127.0.0.1:{exp.port}/healthz")[0] == 200
-        except OSError:
-            return False
 
-    assert wait_for(served_again)
+def conns(stats: Stats, outcome: str) -> float:
+    return stats.get(HTTP_CONNECTIONS, port="metrics", outcome=outcome)

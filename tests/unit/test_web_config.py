@@ -17,9 +17,9 @@ import yaml
 
 from aaco.contract.errors import AacoError
 from aaco.contract.stats import Stats
+from aaco.exporters.basic_auth import BasicAuth
 from aaco.exporters.web_config import (
     WEB_CONFIG_RELOADS,
-    BasicAuth,
     WebConfigWatcher,
     allowed_san,
     load,
@@ -213,7 +213,7 @@ def test_allowed_sans():
 # --- basic auth -------------------------------------------------------------------------------------------------
 
 
-def test_basic_auth_checks_and_remembers_successes(monkeypatch: pytest.MonkeyPatch):
+def test_basic_auth_checks_once_per_credential_and_answers_from_memory(monkeypatch: pytest.MonkeyPatch):
     users = {"alice": bcrypt_hash("s3cret"), "bob": bcrypt_hash("hunter2")}
     auth = BasicAuth()
     calls: list[bytes] = []
@@ -223,18 +223,26 @@ def test_basic_auth_checks_and_remembers_successes(monkeypatch: pytest.MonkeyPat
         calls.append(password)
         return real(password, hashed)
 
-    monkeypatch.setattr("aaco.exporters.web_config.bcrypt.checkpw", counting)
+    monkeypatch.setattr("aaco.exporters.basic_auth.bcrypt.checkpw", counting)
+    monkeypatch.setattr("aaco.exporters.basic_auth.REFUSED_CACHE", 3)
+    assert auth.known(users, basic("alice", "s3cret")) is None  # only bcrypt can tell yet
     assert auth.check(users, basic("alice", "s3cret")) == (True, "alice")
     assert auth.check(users, basic("alice", "s3cret")) == (True, "alice")
+    assert auth.known(users, basic("alice", "s3cret")) == (True, "alice")
     assert len(calls) == 1, "a success is remembered"
     assert auth.check(users, basic("alice", "wrong")) == (False, "bad_credentials")
-    assert auth.check(users, basic("alice", "wrong")) == (False, "bad_credentials")
-    assert len(calls) == 3, "failures are never remembered"
+    assert auth.known(users, basic("alice", "wrong")) == (False, "bad_credentials")
+    assert len(calls) == 2, "so is a failure: repeating a wrong password costs no bcrypt"
     assert auth.check(users, basic("bob", "s3cret")) == (False, "bad_credentials")  # alice's password
     assert auth.check(users, basic("mallory", "s3cret")) == (False, "bad_credentials")
-    assert len(calls) == 5, "an unknown user costs a bcrypt check too (no user enumeration by timing)"
-    # the hash changed (password rotated): the remembered success no longer counts
+    assert len(calls) == 4, "an unknown user costs a bcrypt check too (no user enumeration by timing)"
+    for guess in ("a", "b", "c", "d"):  # a guesser fills the failures' table, never the successes'
+        auth.check(users, basic("alice", guess))
+    assert auth.known(users, basic("alice", "s3cret")) == (True, "alice")
+    assert auth.known(users, basic("alice", "wrong")) is None  # pushed out of the bounded failures' table
+    # the hash changed (password rotated): neither remembered verdict counts
     rotated = {**users, "alice": bcrypt_hash("new")}
+    assert auth.known(rotated, basic("alice", "s3cret")) is None
     assert auth.check(rotated, basic("alice", "s3cret")) == (False, "bad_credentials")
     assert auth.check(rotated, basic("alice", "new")) == (True, "alice")
 

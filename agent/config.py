@@ -25,6 +25,7 @@ from pydantic import (
     BaseModel,
     Field,
     NonNegativeFloat,
+    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     ValidationError,
@@ -71,6 +72,17 @@ class PipelineConfig(StrictModel):
     snapshot_interval_s: PositiveFloat = Field(5.0, description="How often analyzer results are published.")
     shutdown_timeout_s: PositiveFloat = Field(10.0, description="Deadline for a clean shutdown.")
     stall_timeout_s: PositiveFloat = Field(60.0, description="/healthz fails when the pipeline is stuck this long.")
+    memory_limit_mib: NonNegativeInt = Field(
+        0,
+        description="The memory guard's hard limit on the agent's resident memory: above it, held OTLP data is "
+        "shed (forwarded early or dropped, counted); 0: nine tenths of the container's memory limit (its cgroup's), "
+        "or 1024 MiB plus twice exporters.otlp.memory_budget_mib where there is none.",
+    )
+    memory_spike_mib: NonNegativeInt = Field(
+        0,
+        description="How far under memory_limit_mib the soft limit is (above it new OTLP data is refused with a "
+        "retry delay); 0: a fifth of the limit.",
+    )
 
 
 def default_node() -> str:

@@ -31,6 +31,8 @@ from aaco.agent.admin_actions import capture as capture_action
 from aaco.agent.admin_socket import AdminSocketServer
 from aaco.agent.config import AgentConfig, source_names
 from aaco.agent.http import routes
+from aaco.agent.memory_guard import MemoryGuard
+from aaco.agent.memory_guard import limits as memory_limits
 from aaco.agent.pipeline.bus import Bus
 from aaco.agent.pipeline.correlator import Correlator
 from aaco.agent.pipeline.worker import Pipeline
@@ -47,6 +49,7 @@ from aaco.analyzers.registry import AgentHints, build
 from aaco.contract.budget import ByteBudget
 from aaco.contract.component import Component
 from aaco.contract.ledger import Ledger
+from aaco.contract.memory import cgroup_memory_limit
 from aaco.contract.snapshot import AnalysisSnapshot
 from aaco.contract.stats import Stats, declare_components
 from aaco.exporters.base import Exporter
@@ -108,6 +111,11 @@ class AgentService:
         self.stats = Stats()
         # One byte budget for the OTLP data held: receiver, assembly, export and forward queues.
         self.budget = ByteBudget(config.exporters.otlp.memory_budget_mib * 1024 * 1024, self.stats)
+        p = config.pipeline
+        soft, hard = memory_limits(
+            p.memory_limit_mib, p.memory_spike_mib, config.exporters.otlp.memory_budget_mib, cgroup_memory_limit()
+        )
+        self.memory_guard = MemoryGuard(soft, hard, self.budget, self.stats)
         self.journal = Journal(self.stats)
         self.state = State.NEW
         self._lock = threading.RLock()
@@ -258,6 +266,7 @@ class AgentService:
             declare_components(self.stats, [], [e.name for e in self.exporters])
             self._worker = threading.Thread(target=self._work, name="aaco-pipeline", daemon=True)
             self._worker.start()
+            self.memory_guard.start()
             self._start_receivers()
             for name, cfg in zip(source_names(self.config), self.config.sources, strict=True):
                 self._start_source(name, cfg)
@@ -333,6 +342,7 @@ class AgentService:
         closers = [(e.name, lambda e=e: close_exporter(e, deadline)) for e in self.exporters]
         closers += [(s.component, lambda s=s: s.shutdown(deadline - time.monotonic())) for s in self._forwarders]
         report(self.stats, before, total, close_together(closers, deadline))
+        self.memory_guard.stop()
         with self._lock:
             self.state = State.STOPPED
         log.info("agent stopped")

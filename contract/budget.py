@@ -10,14 +10,19 @@ process does. Holders:
 
 The receiver *admits* a request only with ``try_acquire`` (refused when it would pass the limit:
 the client is told to back off); the agent's own data and hand-overs use ``acquire``, which never
-refuses (the senders then drop their oldest requests until the budget is met again). The wire size
-is what is counted: a parsed protobuf costs about as much again, which the chart's memory limit
-allows for (docs/security.md, "Memory").
+refuses (the senders then drop their oldest requests until the budget is met again). What is counted
+is what the data costs in memory: serialised requests their bytes, parsed ones an estimate of their
+objects (the receiver's, docs/security.md, "Memory").
+
+The agent's memory guard (``agent/memory_guard.py``) adds the process's own view, as the
+Collector's ``memory_limiter`` does: over its soft limit the budget ``refuse``s every admission, over
+the hard limit it also ``shed``s what the holders hold (each holder registered a way to).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Final
 
 from aaco.contract.signals import define
@@ -51,6 +56,8 @@ class ByteBudget:
         self._held: dict[str, int] = {}
         self._total = 0
         self._lock = threading.Lock()
+        self._refusing: str | None = None
+        self._shedders: list[tuple[int, Callable[[], None]]] = []
         stats.set(BUDGET_LIMIT, limit_bytes)
 
     @property
@@ -66,10 +73,37 @@ class ByteBudget:
         """True while more than the limit is held (the senders drop their oldest until it is not)."""
         return self._total > self.limit
 
+    @property
+    def refusing(self) -> str | None:
+        """Why every admission is refused now (``memory_limit``), None when admissions follow the limit."""
+        return self._refusing
+
+    def refuse(self, reason: str | None) -> None:
+        """Refuse every admission for ``reason`` from now on, or (None) admit again within the limit."""
+        self._refusing = reason
+
+    def add_shedder(self, shed: Callable[[], None], order: int = 0) -> None:
+        """Register how a holder gives up what it holds (lower ``order`` first: hand-overs before drops)."""
+        with self._lock:
+            self._shedders.append((order, shed))
+            self._shedders.sort(key=lambda entry: entry[0])
+
+    def remove_shedder(self, shed: Callable[[], None]) -> None:
+        """Forget a holder's way to shed (it shut down)."""
+        with self._lock:
+            self._shedders = [(o, s) for o, s in self._shedders if s != shed]
+
+    def shed(self) -> None:
+        """Have every holder give up what it holds (the process is over its hard memory limit)."""
+        with self._lock:
+            shedders = [shed for _, shed in self._shedders]
+        for shed in shedders:
+            shed()
+
     def try_acquire(self, holder: str, n: int) -> bool:
         """Take ``n`` bytes only if the total stays within the limit (admission of received data)."""
         with self._lock:
-            if self._total + n > self.limit:
+            if self._refusing is not None or self._total + n > self.limit:
                 return False
             self._add(holder, n)
             return True

@@ -84,6 +84,16 @@ class OtlpSender(Flushing):
         self.delivered = 0
         self._queue_label = component.removeprefix("exporter:")
         stats.set(QUEUE_CAPACITY, queue_max_items, queue=self._queue_label)
+        self.budget.add_shedder(self.shed, order=1)
+
+    def shed(self) -> None:
+        """The process is over its memory limit: drop the older half of the queue (at least one request)."""
+        with self._cond:
+            target, dropped = self.queued_bytes // 2, False
+            while self._queue and (self.queued_bytes > target or not dropped):
+                self._drop_oldest("memory_limit")
+                dropped = True
+            self._gauges()
 
     def start(self) -> None:
         """Open the connection and start the sender thread."""
@@ -225,6 +235,7 @@ class OtlpSender(Flushing):
         assert self._deadline is not None
         self.force_flush(max(0.0, self._deadline - time.monotonic()))
         self._abort.set()
+        self.budget.remove_shedder(self.shed)
         with self._cond:
             left = self.queued + self._in_flight
             if left:

@@ -71,6 +71,7 @@ class OtlpTraceExporter(Exporter):
             rate_clock=config.rate_clock,
         )
         self.assembler.receiving = receiving  # the node's receiver runs: roots wait for application spans
+        self.budget.add_shedder(self._shed, order=0)
         self._assembly_lock = threading.Lock()
         self.sender = (
             OtlpSender(
@@ -155,6 +156,18 @@ class OtlpTraceExporter(Exporter):
         for req in requests:
             self.sender.enqueue(req.request.SerializeToString(), req.count)
 
+    def _shed(self) -> None:
+        """The process is over its memory limit: forward the application requests held for links now.
+
+        A parsed request costs several times its serialised bytes; forwarded, it is bytes in the
+        sender's queue (which sheds next, oldest first).
+        """
+        if self.sender is None:
+            return
+        with self._assembly_lock:
+            due = self.assembler.due_applications(everything=True)
+        self._forward(due)
+
     def force_flush(self, timeout_s: float = 10.0) -> bool:
         """Close every open trace and wait until everything queued was sent (or given up)."""
         if self.sender is None:
@@ -168,6 +181,7 @@ class OtlpTraceExporter(Exporter):
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         """Flush within ``timeout_s``, then drop (counted) what is left; idempotent, safe before start."""
+        self.budget.remove_shedder(self._shed)
         if self.sender is None:
             return
         if not self.sender.closing:

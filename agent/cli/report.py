@@ -22,6 +22,7 @@ UNITS = {"exporter:otlp": "span(s)", "exporter:otlp_metrics": "metric point(s)",
 WHY = {
     "queue_full": "the export queue was full (exporters.otlp.queue_max_spans)",
     "memory_budget": "over the byte budget (exporters.otlp.memory_budget_mib)",
+    "memory_limit": "the agent was over its memory limit (pipeline.memory_limit_mib)",
     "retries_exhausted": "the upstream failed for exporters.otlp.retry_max_elapsed_s",
     "rejected": "refused by the upstream",
     "export_failed": "the export failed",

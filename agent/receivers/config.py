@@ -22,6 +22,20 @@ class ReceiverTlsConfig(StrictModel):
     )
 
 
+class ItemLimitsConfig(StrictModel):
+    """How much one span or log record may carry (the OpenTelemetry SDKs' count limits, 128 by default).
+
+    Beyond a limit the rest is dropped, the item's dropped_*_count raised, and counted.
+    """
+
+    attributes_per_span: PositiveInt = Field(128, description="Attributes of a span (OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT).")
+    events_per_span: PositiveInt = Field(128, description="Events of a span (OTEL_SPAN_EVENT_COUNT_LIMIT).")
+    links_per_span: PositiveInt = Field(128, description="Links of a span (OTEL_SPAN_LINK_COUNT_LIMIT).")
+    attributes_per_event: PositiveInt = Field(128, description="Attributes of a span event.")
+    attributes_per_link: PositiveInt = Field(128, description="Attributes of a span link.")
+    attributes_per_log_record: PositiveInt = Field(128, description="Attributes of a log record.")
+
+
 class OtlpReceiverConfig(StrictModel):
     """The node's OTLP receiver, for applications' own spans, metrics and logs."""
 
@@ -62,3 +76,4 @@ class OtlpReceiverConfig(StrictModel):
         60.0, description="How long a kept-alive connection may wait idle for its next request before it is closed."
     )
     backlog: PositiveInt = Field(1024, description="Listen backlog of the HTTP port (connections not yet accepted).")
+    limits: ItemLimitsConfig = Field(default_factory=ItemLimitsConfig, description="What one item may carry.")

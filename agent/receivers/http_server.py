@@ -60,7 +60,8 @@ class OtlpHttp:
             if reserve > limit:
                 return Refuse(413, "too_large", "request too large\n")
         if not self.budget.try_acquire("receiver", reserve):
-            return Refuse(503, "over_budget", "the agent holds too much data; retry later\n", (("Retry-After", "1"),))
+            outcome = self.budget.refusing or "over_budget"
+            return Refuse(503, outcome, "the agent holds too much data; retry later\n", (("Retry-After", "1"),))
         return Work("otlp", max_body=limit, reserved=reserve)
 
     def handle(self, head: Head, body: bytes, lane: str) -> Reply:

@@ -45,7 +45,7 @@ from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from aaco.agent.receivers import otlp_json
+from aaco.agent.receivers import limits, otlp_json
 from aaco.agent.receivers.base import Forwarder, ReceiverContext, SpanSink
 from aaco.agent.receivers.config import OtlpReceiverConfig
 from aaco.agent.receivers.genai import SOURCE as REQUESTS_SOURCE
@@ -53,6 +53,7 @@ from aaco.agent.receivers.genai import RequestRows
 from aaco.agent.receivers.http_server import OtlpHttp, http_server
 from aaco.agent.receivers.http_wire import Request, gunzip_bounded
 from aaco.agent.receivers.ids import drop_malformed
+from aaco.agent.receivers.limits import PARSE_FACTOR, ItemLimits
 from aaco.agent.receivers.tls import grpc_credentials, http_context
 from aaco.contract.budget import DEFAULT_BUDGET_BYTES, ByteBudget
 from aaco.contract.channel import MAX_BATCH_ROWS, BatchQueue
@@ -60,6 +61,7 @@ from aaco.contract.component import Component
 from aaco.contract.errors import AacoError
 from aaco.contract.http_app import Reply
 from aaco.contract.http_loop import LoopServer
+from aaco.contract.memory import Trimmer
 from aaco.contract.schemas import EventBatch
 from aaco.contract.signals import define
 from aaco.contract.stats import Stats
@@ -72,7 +74,8 @@ RECEIVER_REQUESTS = define(
     "counter",
     "{request}",
     "Requests to the node's OTLP receiver, by protocol, signal (unknown before the path is read) and outcome: "
-    "accepted, malformed, too_large, rate_limited, unsupported, over_budget (byte budget full), bad_length, "
+    "accepted, malformed, too_large, rate_limited, unsupported, over_budget (byte budget full), memory_limit "
+    "(the agent over pipeline.memory_limit_mib's soft limit), bad_length, "
     "length_required, headers_too_large, not_found, not_allowed, timeout, client_gone, error.",
     ("protocol", "signal", "outcome"),
 )
@@ -83,6 +86,16 @@ RECEIVER_ITEMS = define(
     "{item}",
     "Spans, data points and log records accepted by the node's OTLP receiver.",
     ("signal",),
+)
+RECEIVER_ITEMS_LIMITED = define(
+    "aaco.receiver.items.limited",
+    "aaco_receiver_items_limited",
+    "counter",
+    "{item}",
+    "Attributes, events and links dropped from received spans and log records past receivers.otlp.limits, by "
+    "what: span_attributes, span_events, span_links, event_attributes, link_attributes, log_record_attributes "
+    "(the item's dropped_*_count says so upstream).",
+    ("signal", "what"),
 )
 RECEIVER_ITEMS_REJECTED = define(
     "aaco.receiver.items.rejected",
@@ -177,6 +190,8 @@ class OtlpReceiver(Component):
         self.bus = bus
         self._requests = RequestRows(node, stats)
         self._limiter = _Limiter(config.rate_limit_rps)
+        self._item_limits = ItemLimits(**config.limits.model_dump())
+        self._trimmer = Trimmer()
         self._grpc: grpc.Server | None = None
         self._http: LoopServer | None = None
         self.grpc_port = 0
@@ -224,18 +239,30 @@ class OtlpReceiver(Component):
 
     def handle(self, signal: Signal, payload: bytes) -> bytes:
         """Parse, check, enrich and forward a protobuf request; returns the serialised response (raises DecodeError)."""
-        return self.take(signal, MESSAGES[signal][0].FromString(payload), len(payload)).SerializeToString()
+        try:
+            return self.take(signal, MESSAGES[signal][0].FromString(payload)).SerializeToString()
+        finally:
+            self._trimmer.done(len(payload))
 
-    def take(self, signal: Signal, msg: Any, nbytes: int = 0) -> Any:
-        """Check, enrich and forward one parsed request (``nbytes`` on the wire, 0: its protobuf size); the response."""
+    def _parse_room(self, nbytes: int) -> str | None:
+        """Hold what parsing a request of ``nbytes`` may cost; None when held, else the refusal's outcome."""
+        if self.budget.try_acquire("receiver", PARSE_FACTOR * nbytes):
+            return None
+        return self.budget.refusing or "over_budget"
+
+    def take(self, signal: Signal, msg: Any) -> Any:
+        """Check, limit, enrich and forward one parsed request; the response."""
         rejected = drop_malformed(signal, msg)
+        msg, limited, cost = limits.apply(signal, msg, self._item_limits)
+        for what, k in limited.items():
+            self.stats.inc(RECEIVER_ITEMS_LIMITED, k, signal=signal, what=what)
         n = count_items(signal, msg)
         if signal == "traces" and self.bus is not None:
             self._publish_requests(msg)  # before _enrich: a server's pod is its own, never the agent's
         self._enrich(signal, msg)
         self.stats.inc(RECEIVER_ITEMS, n, signal=signal)
         if signal == "traces" and self.traces is not None:
-            self.traces.accept_spans(msg, n, nbytes=nbytes)
+            self.traces.accept_spans(msg, n, nbytes=cost)
         elif signal != "traces" and (sender := self.senders[signal]) is not None:
             sender.enqueue(msg.SerializeToString(), n)
         elif n:
@@ -268,8 +295,9 @@ class OtlpReceiver(Component):
             if not self._limiter.allow(context.peer()):
                 self._count("grpc", signal, "rate_limited")
                 _retry_later(context, "rate limit exceeded; retry later")
-            if not self.budget.try_acquire("receiver", len(request)):
-                self._count("grpc", signal, "over_budget")
+            refused = self._parse_room(len(request))
+            if refused is not None:
+                self._count("grpc", signal, refused)
                 _retry_later(context, "the agent holds too much data; retry later")
             try:
                 response = self.handle(signal, request)
@@ -277,7 +305,7 @@ class OtlpReceiver(Component):
                 self._count("grpc", signal, "malformed")
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed OTLP {signal} request")
             finally:
-                self.budget.release("receiver", len(request))
+                self.budget.release("receiver", PARSE_FACTOR * len(request))
             self._count("grpc", signal, "accepted")
             return response
 
@@ -332,10 +360,16 @@ class OtlpReceiver(Component):
                 return self._refusal(signal, as_json, 413, "too_large", "request too large once decompressed")
         if as_json:
             return self._http_json(signal, body)
+        refused = self._parse_room(len(body))
+        if refused is not None:
+            why = "the agent holds too much data; retry later"
+            return self._refusal(signal, False, 503, refused, why, (("Retry-After", "1"),))
         try:
             response = self.handle(signal, body)
         except DecodeError:
             return self._refusal(signal, as_json, 400, "malformed", f"malformed OTLP {signal} request")
+        finally:
+            self.budget.release("receiver", PARSE_FACTOR * len(body))
         self._count("http", signal, "accepted")
         return Reply(200, response, PROTOBUF)
 
@@ -347,7 +381,8 @@ class OtlpReceiver(Component):
             return self._refusal(signal, True, 413, "too_large", why)
         if not self.budget.try_acquire("receiver", need):
             why = "the agent holds too much data; retry later"
-            return self._refusal(signal, True, 503, "over_budget", why, (("Retry-After", "1"),))
+            outcome = self.budget.refusing or "over_budget"
+            return self._refusal(signal, True, 503, outcome, why, (("Retry-After", "1"),))
         try:
             msg = otlp_json.decode(MESSAGES[signal][0], body)
         except otlp_json.JsonRequestError as exc:

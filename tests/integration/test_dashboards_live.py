@@ -72,6 +72,8 @@ NO_SERIES_BECAUSE = {
     "aaco_spans_summarized_total": "created when an iteration's kernel spans exceed the span budget: the demo's "
     "iterations stay within it",
     "model:aaco_drift_active:nodes": "records only models in a drifted state: none drifts in a short run",
+    "aaco_gpu_energy_joules_total": "no capture of the demo has an energy counter (the amd-smi sample's 0 J "
+    "while drawing 34 W is no reading, so it is absent: docs/metrics.md, GPU telemetry)",
     # The impact needs iterations both inside and outside a throttling episode. The demo's amd-smi capture
     # reports throttling in every sample, so only iterations that finish before its first sample are
     # outside: on a loaded machine the telemetry can start first, and then there are none.

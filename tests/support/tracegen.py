@@ -52,6 +52,22 @@ def rocprofv3_lines(samples: Path, n: int, start_index: int = 0) -> list[tuple[s
     return out
 
 
+def rocprofv3_varied_csv(samples: Path, path: Path, n: int, first: int, seed: int) -> None:
+    """An ``n``-row kernel trace of the sample's kernels at random gaps and durations (Parquet cannot fold it
+    away as it does the plain repetition), dispatch and correlation ids from ``first`` + 1."""
+    header, rows = sample_rows(samples)
+    rng = random.Random(seed)
+    t = min(int(r[9]) for r in rows) + first * 100_000
+    with path.open("w") as fh:
+        fh.write(header + "\n")
+        for i in range(first, first + n):
+            r = list(rows[i % len(rows)])
+            t += rng.randrange(1000, 50_000)
+            r[5] = r[8] = str(i + 1)
+            r[9], r[10] = str(t), str(t + rng.randrange(500, 40_000))
+            fh.write(",".join(f'"{v}"' if j in (0, 1, 7) else v for j, v in enumerate(r)) + "\n")
+
+
 def rocprofv3_csv(samples: Path, path: Path, n: int) -> tuple[int, int]:
     """Write an ``n``-row kernel trace; returns (rows, summed duration ns)."""
     header, _ = sample_rows(samples)

@@ -89,6 +89,18 @@ def test_other_holders_over_the_budget_make_the_sender_drop_only_its_own():
     assert stats.get(EVENTS_DROPPED, component=COMPONENT, reason="memory_budget") == 4
 
 
+def test_over_the_memory_limit_the_sender_sheds_its_older_half_and_forgets_its_shedder_at_shutdown():
+    s, stats, budget = sender(limit=10_000)
+    for i in range(8):
+        s.enqueue(bytes([i]) * 100, 2)
+    budget.shed()  # what the memory guard does over the hard limit
+    assert s.queued_bytes == 400 and [p[0] for p, _ in s._queue] == [4, 5, 6, 7]
+    assert stats.get(EVENTS_DROPPED, component=COMPONENT, reason="memory_limit") == 8
+    s.shutdown(0.1)
+    budget.shed()
+    assert stats.get(EVENTS_DROPPED, component=COMPONENT, reason="memory_limit") == 8
+
+
 def test_the_item_bound_stays():
     s, stats, budget = sender(queue_max_items=5)
     for _ in range(3):

@@ -237,7 +237,8 @@ Refuse values that would deploy an agent that cannot work, each with the reason.
 {{/*
 The memory limit: resources.limits.memory when set, else derived from the OTLP byte budget:
 memoryLimit.baseMiB (the agent without OTLP data) + 2 x config.exporters.otlp.memory_budget_mib
-(the budget counts wire bytes; the parsed protobuf costs about as much again). docs/security.md, "Memory".
+(what the budget does not count, allowed as much again). docs/security.md, "Memory". The agent's memory
+guard reads the limit from its cgroup and holds the process under nine tenths of it.
 */}}
 {{- define "aaco.memoryLimit" -}}
 {{- $limits := (.Values.resources).limits | default dict }}

@@ -22,6 +22,18 @@ STR = pa.string()
 ATTRS = pa.map_(pa.string(), pa.string())
 
 
+# Which distributed job a row belongs to, where known (docs/jobs.md): the job's name (configured, from the
+# process environment or the pod's owner; else derived from the ranks' own traces), the rank, the world size,
+# the rank on its node, and the collective backend (nccl, rccl, gloo, mpi).
+JOB_COLUMNS: Final[list[tuple[str, pa.DataType]]] = [
+    ("job", STR),
+    ("rank", I64),
+    ("world_size", I64),
+    ("local_rank", I64),
+    ("dist_backend", STR),
+]
+
+
 def _schema(required: list[tuple[str, pa.DataType]], optional: list[tuple[str, pa.DataType]]) -> pa.Schema:
     fields = [pa.field(n, t, nullable=n not in _NOT_NULL) for n, t in required]
     fields += [pa.field(n, t, nullable=True) for n, t in optional]
@@ -65,6 +77,15 @@ KERNELS: Final = _schema(
         ("iteration", I64),
         ("trace_id", STR),  # 32 hex digits
         ("parent_span_id", STR),  # 16 hex digits: the iteration span
+        *JOB_COLUMNS,
+        # A collective's kernel (NCCL, RCCL; docs/jobs.md): the operation (all_reduce, all_gather, reduce_scatter,
+        # broadcast, reduce, all_to_all, send_recv, send, recv), its message size and type, the group's size,
+        # and its place in its rank's sequence of collectives (which aligns ranks).
+        ("collective", STR),
+        ("collective_bytes", I64),
+        ("collective_dtype", STR),
+        ("collective_group_size", I64),
+        ("collective_seq", I64),
     ],
 )
 
@@ -87,6 +108,7 @@ ITERATIONS: Final = _schema(
         ("graph_nodes_optimized", I64),  # nodes of ONNX Runtime's optimised graph
         ("provider", STR),  # ONNX Runtime execution provider
         ("name", STR),  # the annotation that delimited it (ProfilerStep#3, model_run, a rocTX range)
+        *JOB_COLUMNS,
     ],
 )
 
@@ -166,6 +188,7 @@ REQUESTS: Final = _schema(
         ("decode_s", F64),
         ("inference_s", F64),
         ("finish_reason", STR),
+        *JOB_COLUMNS,
     ],
 )
 

@@ -49,6 +49,8 @@ from aaco.contract.stats import Stats
 from aaco.exporters.otlp_rate import TokenBucket, TraceTimeBudget
 from aaco.exporters.otlp_spans import TRACE_ID_HEAD, RootSpan, SpanEncoder, SpanEvent, family_totals, link_bodies
 
+JOB_ATTRIBUTES = ("job", "rank", "world_size", "local_rank", "dist_backend")
+
 SPANS_SUMMARIZED = define(
     "aaco.spans.summarized",
     "aaco_spans_summarized",
@@ -212,6 +214,7 @@ class TraceAssembler:
             "tid",
             "source",
             "provider",
+            *JOB_ATTRIBUTES,
         ]
         for r in b.select(cols).to_pylist():
             if r["trace_id"] is None or r["span_id"] is None:
@@ -228,6 +231,7 @@ class TraceAssembler:
                 "aaco.source": r["source"],
                 "aaco.provider": r["provider"],
                 "aaco.span.kind": "iteration",
+                **{f"aaco.{name}": r[name] for name in JOB_ATTRIBUTES},  # a distributed job's rank (docs/jobs.md)
             }
             t.root = RootSpan(
                 tid,

@@ -64,6 +64,12 @@ _INT_COLUMNS = {
     "graph_nodes",
     "graph_nodes_optimized",
     "bytes",
+    "rank",
+    "world_size",
+    "local_rank",
+    "collective_bytes",
+    "collective_group_size",
+    "collective_seq",
 }
 
 

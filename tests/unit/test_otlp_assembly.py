@@ -100,3 +100,28 @@ def test_offcpu_memory_is_bounded_per_process_and_in_processes():
     held = asm._offcpu  # the bounds are the point of this test
     assert len(held) <= 1024
     assert all(len(q) <= 1000 for q in held.values())
+
+
+def test_a_rank_of_a_job_says_so_on_its_iteration_spans():
+    clock = Clock()
+    asm = TraceAssembler(NODE, Stats(), window_s=1.0, clock=clock)
+    job = {
+        "job": ["nccl-8x-20260101T000000"],
+        "rank": [3],
+        "world_size": [8],
+        "local_rank": [3],
+        "dist_backend": ["nccl"],
+    }
+    out = asm.add(item("iterations", iterations([(0, 10 * MS)], **job)))
+    out += asm.add(item("iterations", iterations([(20 * MS, 30 * MS)], run_id="run-2", pid=7)))  # not a job's
+    clock.now += 5
+    out += asm.close_all()
+    ranked, plain = sorted(roots(out), key=lambda r: r.start_time_unix_nano)
+    assert [attr(ranked, f"aaco.{k}") for k in ("job", "rank", "world_size", "local_rank", "dist_backend")] == [
+        "nccl-8x-20260101T000000",
+        3,
+        8,
+        3,
+        "nccl",
+    ]
+    assert attr(plain, "aaco.job") is None and attr(plain, "aaco.rank") is None

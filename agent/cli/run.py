@@ -177,6 +177,14 @@ def replay(
         ),
     ] = False,
     model_name: Annotated[str | None, typer.Option("--model-name", help="Model name for the iterations.")] = None,
+    job: Annotated[
+        str | None,
+        typer.Option(
+            "--job",
+            help="The distributed job the traces are ranks of (default: named from their distributedInfo and "
+            "profiled steps, docs/jobs.md); also their model unless --model-name.",
+        ),
+    ] = None,
     perfetto: Annotated[
         Path | None, typer.Option("--perfetto", help="Also write the events as a trace that ui.perfetto.dev opens.")
     ] = None,
@@ -224,6 +232,7 @@ def replay(
         "type": "replay",
         "paths": [str(p) for p in paths],
         "model": model_name,
+        "job": job,
         "force": force,
         "clock_offset_ns": clock_offset,
     }

@@ -25,7 +25,11 @@ names (``/proc/<pid>/cmdline``, read as the window starts, through ``traces.mode
 ``python3 train.py`` -> ``train``), unless the config names one, so every window of one process is
 one model however the profiler names its files. The name is kept in the window's directory
 (``MODEL_FILE``), so a directory left by an earlier run is named by its process too, never by
-whatever process has its pid now; without it, the files name their model themselves.
+whatever process has its pid now; without it, the files name their model themselves. Its
+distributed job (docs/jobs.md) is read from its environment (``/proc/<pid>/environ``: ``RANK``,
+``WORLD_SIZE``, ``TORCHELASTIC_RUN_ID``..., ``jobs.process_job``) as the window starts and kept
+beside it (``jobs.JOB_FILE``) likewise; ``job`` in the config names it instead, and the job's
+name is the model of its rows unless ``model`` is configured.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_
 
 from aaco.agent.sources.base import Source, SourceContext
 from aaco.agent.sources.ingest import Quarantine, file_failed, ingest_file
+from aaco.agent.sources.jobs import JobRegistry, process_job, save_job, saved_job
 from aaco.agent.sources.limits_config import TraceLimitSettings
 from aaco.agent.sources.sched.targets import gpu_processes, holds_gpu, tgid_of
 from aaco.agent.sources.traces.detect import identify
@@ -58,6 +63,7 @@ from aaco.agent.sources.traces.limits import DEFAULT_MAX_BYTES
 from aaco.agent.sources.traces.model_names import MAX_MODEL_CHARS, model_from_command
 from aaco.agent.sources.traces.parse import ITERATIONS_FIRST
 from aaco.contract.errors import TraceFormatError
+from aaco.contract.jobs import JobFields, resolve
 from aaco.contract.signals import define
 
 log = logging.getLogger("aaco.sources.capture")
@@ -141,6 +147,11 @@ class CaptureConfig(TraceLimitSettings):
         None,
         description="Model name for the iterations (default: what the captured process's command line names, "
         "else what the file names).",
+    )
+    job: str | None = Field(
+        None,
+        description="The distributed job the captured processes are ranks of (default: the captured process's "
+        "environment, else the traces' own distributedInfo, docs/jobs.md); also their model unless model is set.",
     )
 
     @field_validator("command")
@@ -231,6 +242,7 @@ class CaptureSource(Source):
         self._wake = threading.Event()
         self._ctx: SourceContext | None = None
         self.completed = 0
+        self._jobs = JobRegistry()  # jobs named from their ranks (``jobs``)
 
     # -- requests -----------------------------------------------------------------------------------
 
@@ -328,7 +340,8 @@ class CaptureSource(Source):
             if not (out.is_dir() and m):
                 continue
             log.info("capture: ingesting %s, left by an earlier run", out)
-            self._ingest(ctx, quarantine, out, int(m.group(1)), live=False, model=self.config.model or saved_model(out))
+            model, job = self.config.model or saved_model(out), saved_job(out)
+            self._ingest(ctx, quarantine, out, int(m.group(1)), live=False, model=model, job=job)
             if not self.config.keep_outputs:
                 shutil.rmtree(out, ignore_errors=True)
 
@@ -346,11 +359,13 @@ class CaptureSource(Source):
             if named is not None:
                 (out / MODEL_FILE).write_text(named + "\n")
             model = cfg.model or named
+            job = process_job(pid)  # its environment, now, while it runs (kept for a later run, as its model)
+            save_job(out, job)
             values = {"{pid}": str(pid), "{out}": os.fspath(out), "{duration_ms}": str(cfg.duration_ms)}
             args = [fill(arg, values) for arg in shlex.split(cfg.command)]
             outcome = self._execute(ctx, args, pid, out)
             if outcome in ("ok", "failed"):  # a failed profiler may still have written something useful
-                self._ingest(ctx, quarantine, out, pid, live=True, model=model)
+                self._ingest(ctx, quarantine, out, pid, live=True, model=model, job=job)
             self._count(outcome)
             log.info("capture of pid %d (%s): %s", pid, reason, outcome)
         except Exception as exc:  # in a pool thread, where nobody would see it: one window fails, not the source
@@ -407,10 +422,19 @@ class CaptureSource(Source):
         return "ok"
 
     def _ingest(
-        self, ctx: SourceContext, quarantine: Quarantine, out: Path, pid: int, *, live: bool, model: str | None
+        self,
+        ctx: SourceContext,
+        quarantine: Quarantine,
+        out: Path,
+        pid: int,
+        *,
+        live: bool,
+        model: str | None,
+        job: JobFields | None = None,
     ) -> None:
-        """Read every trace a window left in ``out``; ``model``: the process's (None: each file names its own)."""
+        """Read every trace a window left in ``out``; ``model``, ``job``: the process's (None: the files say)."""
         cfg = self.config
+        jobs = {"job": resolve(JobFields(job=cfg.job), job), "jobs": self._jobs, "model_configured": bool(cfg.model)}
         limits = cfg.trace_limits()
         files = []
         for path in expand([out]):
@@ -423,7 +447,7 @@ class CaptureSource(Source):
                 file_failed(ctx, self.name, path, exc, quarantine)
         files.sort(key=lambda tf: (tf.format not in ITERATIONS_FIRST, str(tf.path)))
         for tf in files:
-            tctx = cfg.trace_context(tf, node=ctx.node, source=self.name, model=model, pid=pid)
+            tctx = cfg.trace_context(tf, node=ctx.node, source=self.name, model=model, pid=pid, **jobs)
             # keyed by the capture (two windows can write identical bytes), so a crash mid-ingest resumes it
             key = f"{self.name}:{out.name}:{tf.path.relative_to(out)}"
             ingest_file(ctx, self.name, tf, tctx, quarantine, key=key, max_bytes=cfg.max_file_bytes, live=live)

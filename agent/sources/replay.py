@@ -12,7 +12,9 @@ one that is not a trace is ``unreadable``, and whatever else recognising or read
 through ``ingest.file_failed`` (counted by its reason, quarantined, named once in the log). The
 files of a rocprofv3 output directory that are not traces AACO reads (statistics, counters, other
 output formats: ``traces.rocprofv3_outputs``) are named once each (reason ``not_read``, a note, not
-an error) and the traces beside them read.
+an error) and the traces beside them read. The rows carry their distributed job (docs/jobs.md):
+``job`` names it; else the ranks' traces say it, and a job they do not name is named from all the
+replay's ranks of it together (``job_scan``), whatever their files are called.
 """
 
 from __future__ import annotations
@@ -26,13 +28,17 @@ from pydantic import Field
 
 from aaco.agent.sources.base import Source, SourceContext
 from aaco.agent.sources.ingest import Quarantine, file_failed, ingest_file
+from aaco.agent.sources.job_scan import prescan
+from aaco.agent.sources.jobs import JobRegistry
 from aaco.agent.sources.limits_config import TraceLimitSettings
+from aaco.agent.sources.traces.context import TraceContext
 from aaco.agent.sources.traces.detect import identify
-from aaco.agent.sources.traces.files import expand_paths
+from aaco.agent.sources.traces.files import TraceFile, expand_paths
 from aaco.agent.sources.traces.parse import ITERATIONS_FIRST
 from aaco.agent.sources.traces.rocprofv3_outputs import NOT_READ
 from aaco.contract.clock import ClockOffset
 from aaco.contract.errors import TraceFormatError
+from aaco.contract.jobs import JobFields
 
 EXPLICIT = "explicit"  # the method of an offset the user gave (never re-anchored)
 
@@ -44,6 +50,11 @@ class ReplaySourceConfig(TraceLimitSettings):
     name: str | None = Field(None, description="Source name in metrics and logs (default: the type).")
     paths: list[Path] = Field(..., min_length=1, description="Trace files, or directories of them (recursive).")
     model: str | None = Field(None, description="Model name for the iterations (default: the file name).")
+    job: str | None = Field(
+        None,
+        description="The distributed job the traces are ranks of (default: named from the ranks' own traces, "
+        "docs/jobs.md); also their model unless model is set.",
+    )
     force: bool = Field(False, description="Read files again even if the lake already holds them.")
     clock_offset_ns: int | None = Field(
         None,
@@ -83,10 +94,18 @@ class ReplaySource(Source):
         ctx.progress.start(self.name, len(recognised))
         offset = self.config.clock_offset_ns
         clock = {"clock": ClockOffset(offset, 0, EXPLICIT)} if offset is not None else {}
+        jobs = JobRegistry()
+        job = {"job": JobFields(job=cfg.job), "model_configured": bool(cfg.model), "jobs": jobs}
+
+        def context(tf: TraceFile) -> TraceContext:
+            return cfg.trace_context(tf, node=ctx.node, source=self.name, model=cfg.model, **clock, **job)
+
+        if cfg.job is None:  # a job nobody named is named from all its ranks (``job_scan``)
+            jobs.preset(prescan(recognised, context))
         for tf in recognised:
             if ctx.stop.is_set():
                 break
-            tctx = cfg.trace_context(tf, node=ctx.node, source=self.name, model=cfg.model, **clock)
+            tctx = context(tf)
             key = None if self.config.force else f"file:{tf.identity}"
             result = ingest_file(ctx, self.name, tf, tctx, quarantine, key=key, max_bytes=self.config.max_file_bytes)
             if result.already:

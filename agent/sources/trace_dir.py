@@ -34,6 +34,11 @@ named once in the log, never read and never copied to the quarantine.
 
 Only tailed files are live data (``aaco_source_lag_seconds``): a whole file is read once complete,
 however old, and its age says nothing about how far behind the agent is.
+
+The rows carry their distributed job (docs/jobs.md, ``traces.job_stamp``): ``job`` names it; else
+the environment of the process a trace names, if it still runs here and started before the trace;
+else the trace's ``distributedInfo``. A job nobody named is named from its ranks as they arrive: a
+later rank trace of the same job joins it (``jobs.JobRegistry``).
 """
 
 from __future__ import annotations
@@ -51,16 +56,19 @@ from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from aaco.agent.sources.base import Source, SourceContext, SourceRecord
 from aaco.agent.sources.ingest import Quarantine, file_failed, first_offsets, ingest_file, where
+from aaco.agent.sources.jobs import JobRegistry, process_job
 from aaco.agent.sources.limits_config import TraceLimitSettings
 from aaco.agent.sources.spool_policy import Refusal, SpoolPolicy, SpoolRefusedError
 from aaco.agent.sources.traces.context import BadRow
 from aaco.agent.sources.traces.detect import identify, recognise
 from aaco.agent.sources.traces.files import TraceFile, known_not_read
+from aaco.agent.sources.traces.job_stamp import with_job
 from aaco.agent.sources.traces.limits import GZIP_MAGIC
 from aaco.agent.sources.traces.parse import ITERATIONS_FIRST, TAILABLE, kernels_model, with_model
 from aaco.agent.sources.traces.rocprofv3_csv import Rocprofv3CsvDecoder, companions, load_companions
 from aaco.agent.sources.traces.rocprofv3_outputs import NOT_READ
 from aaco.contract.errors import TraceFormatError
+from aaco.contract.jobs import JobFields, resolve
 
 log = logging.getLogger("aaco.sources.trace_dir")
 IDENTITY_BYTES = 4096
@@ -79,6 +87,11 @@ class TraceDirConfig(TraceLimitSettings):
     tail_block_bytes: PositiveInt = Field(8 << 20, description="Most bytes read from one tailed file per poll.")
     max_line_bytes: PositiveInt = Field(1 << 20, description="A CSV line longer than this is skipped as bad.")
     model: str | None = Field(None, description="Model name for the iterations (default: the file name).")
+    job: str | None = Field(
+        None,
+        description="The distributed job the spooled traces are ranks of (default: the environment of the traced "
+        "process, else the traces' own distributedInfo, docs/jobs.md); also their model unless model is set.",
+    )
     follow_symlinks: bool = Field(
         False,
         description="Read a symbolic link to a file inside the spool (as its target). A link out of the spool is "
@@ -111,6 +124,7 @@ class _File:
     records: int = 0
     events: int = 0  # events published from it (tailed files)
     model: str | None = None  # stamped on a tailed file's kernels (``parse.kernels_model``)
+    job: JobFields = dataclasses.field(default_factory=JobFields)  # a tailed file's (config, its process)
 
 
 def head_digest(fh: BinaryIO, n: int) -> str:
@@ -138,6 +152,7 @@ class TraceDirSource(Source):
         self._files: dict[str, _File] = {}
         self.limits = config.trace_limits()
         self._policy: SpoolPolicy | None = None
+        self._jobs = JobRegistry()  # jobs named from their ranks as their traces arrive (``jobs``)
         self._refused: set[tuple[int, int, str]] = set()  # (device, inode, reason) counted: once per file
 
     def run(self, ctx: SourceContext) -> None:
@@ -338,7 +353,7 @@ class TraceDirSource(Source):
     def _whole(self, ctx: SourceContext, quarantine: Quarantine, f: _File, meta: dict[str, Any]) -> None:
         # identified (hashed) once, now that it is read whole; a TraceFormatError here (it changed since) fails it
         tf = dataclasses.replace(identify(f.path), limits=self.limits)
-        tctx = self.config.trace_context(tf, node=ctx.node, source=self.name, model=self.config.model)
+        tctx = self.config.trace_context(tf, node=ctx.node, source=self.name, model=self.config.model, **self._job())
         ingest_file(
             ctx,
             self.name,
@@ -368,7 +383,17 @@ class TraceDirSource(Source):
         f.decoder = Rocprofv3CsvDecoder(f.header or b"", tctx, comp.agents, comp.launches)
         f.companions_seen = seen
         f.model = kernels_model(tf, tctx)  # as a replay of the same file names it
+        env = process_job(comp.pid, started_before_ns=f.mtime) if comp.pid is not None else None
+        f.job = resolve(JobFields(job=self.config.job), env)
+        if f.job.job is not None and not self.config.model:
+            f.model = f.job.job
         return f.decoder
+
+    def _job(self) -> dict[str, Any]:
+        """What the spool's trace contexts know of the job (``traces.job_stamp``)."""
+        cfg = self.config
+        job = JobFields(job=cfg.job)
+        return {"job": job, "job_environ": True, "jobs": self._jobs, "model_configured": bool(cfg.model)}
 
     def _tail(self, ctx: SourceContext, quarantine: Quarantine, f: _File, fh: BinaryIO) -> None:
         lines = self._complete_lines(ctx, quarantine, f, fh)
@@ -418,6 +443,7 @@ class TraceDirSource(Source):
         try:
             if result.table.num_rows:
                 table = result.table if f.model is None else with_model(result.table, f.model)
+                table = with_job(table, f.job) if f.job.known() else table
                 ctx.publish(self.name, "kernels", table, durable=True, live=True, range_=r)
         finally:
             r.seal()  # even if publishing raised: an open range would hold the file's checkpoint back for good

@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from aaco.agent.sources.jobs import JobRegistry
 from aaco.contract.clock import ClockOffset, boottime_offset
+from aaco.contract.jobs import JobFields
 
 # Longest kernel / range name kept; a longer one is a bad row (no real symbol is this long, a
 # corrupted file or a runaway string is, and it would blow up every label and span downstream).
@@ -28,6 +30,12 @@ class TraceContext:
     process's, not a default taken from the file name: it wins over the model the file names.
     ``iteration_ranges``: the source's setting of that name (``tables.iteration_ranges``): which
     rocTX ranges are iterations; empty, the outermost range of each thread.
+
+    The job (``traces.job_stamp``, docs/jobs.md): ``job`` is what the source knows of it before
+    reading (the configured name, the captured process's environment); ``job_environ``: also ask
+    the environment of the process the trace names, if it still runs here (the spool); ``jobs``
+    names jobs that have no name (``agent/sources/jobs.py``; None: each trace alone);
+    ``model_configured``: ``model`` is the configuration's, which a job's name does not replace.
     """
 
     node: str
@@ -40,6 +48,10 @@ class TraceContext:
     pid: int | None = None  # the traced process, when the file does not say it
     model_given: bool = False
     iteration_ranges: tuple[str, ...] = ()  # names (fnmatch patterns) of the ranges that are iterations
+    job: JobFields | None = None
+    job_environ: bool = False
+    jobs: JobRegistry | None = None
+    model_configured: bool = False
 
 
 class BadRow(NamedTuple):

@@ -72,12 +72,13 @@ from aaco.agent.sources.traces.json_values import (
 )
 from aaco.agent.sources.traces.kineto_categories import Unrecognised, gpu_kind, role
 from aaco.agent.sources.traces.kineto_columns import F64, I64, STR, Chunks
+from aaco.agent.sources.traces.kineto_comms import Comms, collective_columns, dist_info, with_seq
 from aaco.agent.sources.traces.kineto_meta import kineto_clock, kineto_devices
 from aaco.agent.sources.traces.kineto_process import ProcessInfo
 from aaco.agent.sources.traces.kineto_stream import NOT_KINETO, EventStream, gc_paused
 from aaco.agent.sources.traces.launches import LaunchTable
 from aaco.agent.sources.traces.limits import TraceLimits
-from aaco.agent.sources.traces.parsed import ParsedTrace
+from aaco.agent.sources.traces.parsed import ParsedTrace, profiled_span
 from aaco.agent.sources.traces.tables import const, typed_table
 from aaco.agent.sources.traces.whole import rechunk
 from aaco.contract.clock import ClockOffset
@@ -107,6 +108,7 @@ class _Events:
         default_factory=lambda: Chunks({"corr": I64, "pid": I64, "tid": I64, "ts": F64, "dur": F64, "name": STR})
     )
     ops: dict[int, str] = field(default_factory=dict)
+    comms: Comms = field(default_factory=Comms)  # collectives' arguments (``kineto_comms``)
     steps: list[tuple[int, float, float, int | None, int | None]] = field(default_factory=list)
     ends: list[float] = field(default_factory=list)  # of events read one by one
     end_chunks: list[np.ndarray] = field(default_factory=list)  # of batches read a column at a time
@@ -169,6 +171,9 @@ def _collect(events: list[Any], skipped: Counter[str], out: _Events) -> None:
         group = [ev for ev, r in zip(xs, roles, strict=True) if r == kind]
         if kind == "op":
             _steps_among_ops(group, skipped, out)
+            out.comms.add_ops(group)
+        elif kind == "gpu":
+            out.comms.add_kernels(group)
         if _fast(kind, group, out):
             continue
         for ev in group:
@@ -314,8 +319,10 @@ def _add_step(
 _ADD = {"gpu": _add_gpu, "launch": _add_launch, "op": _add_op}
 
 
-def _kernels(ev: _Events, clock: ClockOffset, host: int | None, ctx: dict[str, str], skipped: Counter[str]) -> pa.Table:
-    """The kernels table: GPU work in epoch ns with its launch, op name and host pid, in start order."""
+def _kernels(
+    ev: _Events, clock: ClockOffset, host: int | None, ctx: dict[str, str], skipped: Counter[str], groups: dict
+) -> pa.Table:
+    """The kernels table: GPU work in epoch ns with its launch, op name, host pid and collective, in start order."""
     gpu = {k: ev.gpu.column(k) for k in ev.gpu.types}
     n = len(gpu["ts"])
     start, end, ok = span_ns(kineto_columns.floats(gpu["ts"]), kineto_columns.floats(gpu["dur"]), clock.offset_ns)
@@ -350,12 +357,11 @@ def _kernels(ev: _Events, clock: ClockOffset, host: int | None, ctx: dict[str, s
             "launch_name": names.take(pa.array(name_idx, pa.int32(), mask=name_idx == len(names) - 1)),
             "op_name": kineto_columns.op_name(gpu["ext"], ev.ops),
             **{k: const(ctx[k], n) for k in ("node", "source", "run_id")},
+            **collective_columns(gpu["name"], gpu["correlation_id"], gpu["ext"], ev.comms, groups),
         },
     )
-    if not n:
-        return table
     keep = np.flatnonzero(ok)
-    return table.take(pa.array(keep[np.argsort(start[keep], kind="stable")]))
+    return with_seq(table.take(pa.array(keep[np.argsort(start[keep], kind="stable")])) if n else table)
 
 
 def _iterations(
@@ -417,12 +423,14 @@ def _convert(
         keys, np.concatenate([np.array(ev.ends, dtype=np.float64), *ev.end_chunks]), file_mtime_ns, skipped
     )
     host = ev.procs.host_pid(ev.launch_pids | ev.op_pids, ev.gpu_lanes)
-    kernels = _kernels(ev, clock, host, ctx, skipped)
+    job, groups = dist_info(keys)
+    kernels = _kernels(ev, clock, host, ctx, skipped, groups)
     iterations = _iterations(ev, clock, host, ctx, skipped)
     pids = tuple(sorted(ev.launch_pids | ({host} if host is not None else set())))
     devices = kineto_devices(keys, set(kernels.column("device").drop_null().unique().to_pylist()))
     parsed = ParsedTrace(FORMAT, kernels, iterations, clock, +skipped, pids, devices=devices)
     parsed.model = ev.procs.model_name(host, parsed.skipped)
+    parsed.job, parsed.span_ns = job, profiled_span(iterations, kernels)
     cpu = ev.launch_pids | ev.op_pids | ev.procs.cpu_pids()
     parsed.unrecognised = ev.unknown.gpu_looking(ev.gpu_lanes | ev.procs.gpu_pids(), cpu)
     return parsed

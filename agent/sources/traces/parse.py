@@ -12,7 +12,9 @@ JSON document keeps its good events (``json_salvage``). A file that cannot be re
 instead.
 
 Then, for every format: CLOCK_BOOTTIME times recorded on another boot are re-anchored
-(``clock_anchor``), and the kernels of a file without iterations get a model (``_model_stamp``).
+(``clock_anchor``), the kernels of a file without iterations get a model (``_model_stamp``), and
+every row the job the file belongs to (``job_stamp``: the job columns, and the job's name as the
+model of a rank of a distributed job).
 
 Which files give what (so a directory read file by file yields every event once): rocprofv3
 ``*_kernel_trace.csv`` and ``*_memory_copy_trace.csv`` give kernels (with launches and devices
@@ -38,6 +40,7 @@ from aaco.agent.sources.traces import rocprofv3_csv
 from aaco.agent.sources.traces.clock_anchor import BootClockCheck
 from aaco.agent.sources.traces.context import TraceContext
 from aaco.agent.sources.traces.files import TraceFile
+from aaco.agent.sources.traces.job_stamp import stamp_jobs
 from aaco.agent.sources.traces.limits import DEFAULT_MAX_BYTES, TraceLimits, check_size
 from aaco.agent.sources.traces.parsed import ParsedTrace
 from aaco.agent.sources.traces.registry import TRACE_FORMATS
@@ -109,13 +112,13 @@ def parse_any(
     CLOCK_BOOTTIME trace recorded on another boot are re-anchored (``clock_anchor``), and kernels
     of a file without iterations take a model (``_model_stamp``). Raises ``TraceFormatError``
     (naming the file) when the file cannot be read or is not the format it looked like; bad rows
-    inside a readable file never raise.
+    inside a readable file never raise. The rows carry their job (``job_stamp``).
     """
     limits = limits or replace(tf.limits or TraceLimits(), max_file_bytes=max_bytes)
     try:
         check_size(tf.path, limits)
         parts = BootClockCheck(tf, ctx).apply(_parse(tf, ctx, limits))
-        yield from _model_stamp(parts, tf, ctx)
+        yield from stamp_jobs(_model_stamp(parts, tf, ctx), tf, ctx)
     except TraceFormatError:
         raise
     except (ValueError, OSError, EOFError, zlib.error, csv.Error, sqlite3.Error) as exc:

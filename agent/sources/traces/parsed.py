@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from aaco.contract.clock import ClockOffset
+from aaco.contract.jobs import JobFields
 
 
 @dataclass
@@ -28,6 +30,10 @@ class ParsedTrace:
 
     ``unrecognised``: events that look like GPU work but are of a category the parser does not read,
     by category (``kineto_categories``); on the first chunk, reported once per file by the ingest.
+
+    ``job``: the rank the trace itself describes (Kineto's ``distributedInfo``), None if it says
+    nothing; ``span_ns``: the trace's profiled span (``profiled_span``), which names a job that has
+    no name (``contract.jobs.derive_jobs``). Both on the first chunk.
     """
 
     format: str
@@ -41,3 +47,15 @@ class ParsedTrace:
     model: str | None = None
     anchor_raw_ns: int | None = None
     unrecognised: Counter[str] = field(default_factory=Counter)
+    job: JobFields | None = None
+    span_ns: tuple[int, int] | None = None
+
+
+def profiled_span(iterations: pa.Table, kernels: pa.Table) -> tuple[int, int] | None:
+    """From the first iteration's start to the last one's end; without iterations, the kernels'; None: neither."""
+    for table in (iterations, kernels):
+        if table.num_rows:
+            start, end = pc.min(table.column("start_ns")).as_py(), pc.max(table.column("end_ns")).as_py()
+            if start is not None and end is not None:
+                return int(start), int(end)
+    return None

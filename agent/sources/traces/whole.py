@@ -33,4 +33,5 @@ def rechunk(parsed: ParsedTrace, ctx: TraceContext, loaded: LoadedJson) -> Itera
         part.clock = parsed.clock
         if i == 0:
             part.model, part.anchor_raw_ns, part.unrecognised = parsed.model, parsed.anchor_raw_ns, parsed.unrecognised
+            part.job, part.span_ns = parsed.job, parsed.span_ns
         yield part

@@ -150,7 +150,9 @@ class RequestRows:
         if not rows:
             return None
         columns = dict(zip(_ORDER, zip(*rows, strict=True), strict=True))
-        return pa.RecordBatch.from_arrays([pa.array(columns[f.name], type=f.type) for f in REQUESTS], schema=REQUESTS)
+        nulls = [None] * len(rows)  # columns a span does not give (a distributed job's rank)
+        arrays = [pa.array(columns.get(f.name, nulls), type=f.type) for f in REQUESTS]
+        return pa.RecordBatch.from_arrays(arrays, schema=REQUESTS)
 
     def _resource(self, res: Any) -> list[Any]:
         """namespace, pod, service and pid, in the row's order."""

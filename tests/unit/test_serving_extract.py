@@ -97,6 +97,7 @@ def test_vllm_naming_fills_every_field():
         "decode_s": 0.82,
         "inference_s": 1.0,
         "finish_reason": None,
+        **dict.fromkeys(("job", "rank", "world_size", "local_rank", "dist_backend")),  # not a training job's
     }
 
 

@@ -22,6 +22,7 @@ from pydantic import Field, PositiveInt
 
 from aaco.analyzers.base import AgentHints, Analyzer
 from aaco.analyzers.grouping import group
+from aaco.analyzers.intervals import shares, union_extend
 from aaco.contract.config_base import StrictModel
 from aaco.contract.schemas import EventBatch
 from aaco.contract.signals import MetricPoint, PointBuilder, define
@@ -42,18 +43,6 @@ TIME_RATIO = define(
     "Temporal breakdown of the latest capture window: compute, non-compute (copies only) and idle.",
     ("node", "gpu", "state"),
 )
-
-
-def union_extend(starts: np.ndarray, ends: np.ndarray, frontier: int) -> tuple[int, int]:
-    """Busy time that intervals sorted by start add beyond ``frontier``; returns (added_ns, new_frontier)."""
-    if starts.size == 0:
-        return 0, frontier
-    running = np.maximum.accumulate(ends)
-    before = np.empty_like(running)
-    before[0] = frontier
-    before[1:] = np.maximum(running[:-1], frontier)
-    added = np.clip(ends - np.maximum(starts, before), 0, None).sum()
-    return int(added), int(max(frontier, running[-1]))
 
 
 @dataclass
@@ -179,12 +168,10 @@ class ActivityAnalyzer(Analyzer):
         """Ratios per window."""
         out = []
         for (node, device, run), w in self._windows.items():
-            span = max(1, w.end - w.start)
-            active = min(1.0, w.busy / span)
-            comp = min(active, w.compute / span)
+            sh = shares(w.end - w.start, w.busy, w.compute)
             out.append(
                 ActivityWindow(
-                    node, device, run, w.start, w.end, w.busy, active, comp, active - comp, 1.0 - active, w.updated
+                    node, device, run, w.start, w.end, w.busy, sh.active, sh.compute, sh.noncompute, sh.idle, w.updated
                 )
             )
         return ActivityResult(tuple(out))

@@ -17,6 +17,7 @@ from aaco.analyzers import (
     bottleneck,
     drift_analyzer,
     families,
+    jobs,
     kar,
     latency,
     launch,
@@ -38,6 +39,7 @@ ANALYZERS.register("serving", serving.ServingSettings, serving.create)
 ANALYZERS.register("kar", kar.KarSettings, kar.create)
 ANALYZERS.register("launch", launch.LaunchSettings, launch.create)
 ANALYZERS.register("activity", activity.ActivitySettings, activity.create)
+ANALYZERS.register("jobs", jobs.JobsSettings, jobs.create)
 ANALYZERS.register("families", families.FamiliesSettings, families.create)
 ANALYZERS.register("serving_phases", serving_phases.ServingPhasesSettings, serving_phases.create)
 ANALYZERS.register("telemetry", telemetry.TelemetrySettings, telemetry.create)

@@ -66,6 +66,7 @@ def test_promtool_check_rules_on_every_file():
         "alerts-gpu.yaml",
         "alerts-agent.yaml",
         "alerts-serving.yaml",
+        "alerts-jobs.yaml",
     }
     for path in files:
         proc = run_promtool("check", "rules", str(path))
@@ -92,7 +93,11 @@ def test_the_alerts_the_issue_asks_for():
         "AacoLlmTtftBudgetBurnSlow",
         "AacoLlmTpotBudgetBurnFast",
         "AacoLlmTpotBudgetBurnSlow",
+        "AacoJobRankStraggling",
     } <= names
+    # issue 28: a rank has straggled for 10 minutes
+    straggling = alerts()["AacoJobRankStraggling"][1]
+    assert "aaco_job_straggler" in straggling["expr"] and straggling["for"] == "10m"
     # "agent down (absent)": the absent() form exists
     assert "absent(" in alerts()["AacoAgentAbsent"][1]["expr"]
     # the SRE workbook's pairs: 14.4x over 1h and 5m, 6x over 6h and 30m

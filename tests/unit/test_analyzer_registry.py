@@ -15,6 +15,7 @@ ORDER = [
     "kar",
     "launch",
     "activity",
+    "jobs",
     "families",
     "serving_phases",
     "telemetry",

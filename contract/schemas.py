@@ -109,6 +109,15 @@ ITERATIONS: Final = _schema(
         ("provider", STR),  # ONNX Runtime execution provider
         ("name", STR),  # the annotation that delimited it (ProfilerStep#3, model_run, a rocTX range)
         *JOB_COLUMNS,
+        # The step's critical path as HTA 0.5.0 finds it (docs/jobs.md, "Critical path"): its length and
+        # its time on the CPU, in GPU compute, in communication kernels, in kernel launch delays and in a
+        # stream's gaps between kernels; the five add up to the length.
+        ("cp_length_ns", I64),
+        ("cp_cpu_ns", I64),
+        ("cp_compute_ns", I64),
+        ("cp_comm_ns", I64),
+        ("cp_launch_ns", I64),
+        ("cp_gap_ns", I64),
     ],
 )
 

@@ -5,7 +5,7 @@ The limits are ``traces.limits.TraceLimits``; the ranges rule is ``traces.tables
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, PositiveInt
 
@@ -32,6 +32,16 @@ class TraceLimitSettings(StrictModel):
         description="A JSON trace nested deeper than this ends there (real ones: < 10).",
     )
 
+    critical_path: Literal["ranks", "all", "off"] = Field(
+        "ranks",
+        description="Which Kineto traces get HTA's critical path per step (docs/jobs.md): ranks of a distributed "
+        "job, all, or off.",
+    )
+    critical_path_max_events: PositiveInt = Field(
+        100_000,
+        description="A Kineto trace of more events gets no critical path (the path is found over the events as "
+        "loaded; counted as critical_path_too_large).",
+    )
     iteration_ranges: list[str] = Field(
         default_factory=list,
         description="Names of the rocTX ranges that are iterations (fnmatch patterns: 'step*'), nested or not; "
@@ -40,7 +50,13 @@ class TraceLimitSettings(StrictModel):
 
     def trace_limits(self) -> TraceLimits:
         """The limits these settings name."""
-        return TraceLimits(self.max_file_bytes, max_gzip_ratio=self.max_gzip_ratio, max_json_depth=self.max_json_depth)
+        return TraceLimits(
+            self.max_file_bytes,
+            max_gzip_ratio=self.max_gzip_ratio,
+            max_json_depth=self.max_json_depth,
+            critical_path=self.critical_path,
+            critical_path_max_events=self.critical_path_max_events,
+        )
 
     def trace_context(self, tf: TraceFile, *, node: str, source: str, **kw: Any) -> TraceContext:
         """``parse.context_for`` of ``tf`` (``kw``: its model, pid, clock), with these ``iteration_ranges``."""

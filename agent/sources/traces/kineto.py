@@ -73,6 +73,7 @@ from aaco.agent.sources.traces.json_values import (
 from aaco.agent.sources.traces.kineto_categories import Unrecognised, gpu_kind, role
 from aaco.agent.sources.traces.kineto_columns import F64, I64, STR, Chunks
 from aaco.agent.sources.traces.kineto_comms import Comms, collective_columns, dist_info, with_seq
+from aaco.agent.sources.traces.kineto_critical import EventKeeper, with_critical_paths
 from aaco.agent.sources.traces.kineto_meta import kineto_clock, kineto_devices
 from aaco.agent.sources.traces.kineto_process import ProcessInfo
 from aaco.agent.sources.traces.kineto_stream import NOT_KINETO, EventStream, gc_paused
@@ -459,11 +460,16 @@ def parse_file(tf: TraceFile, ctx: TraceContext, limits: TraceLimits) -> Iterato
     stream = EventStream(tf.path, limits)
     skipped: Counter[str] = Counter()
     ev = _Events()
+    kept = EventKeeper(limits)
     with gc_paused():
         for batch in stream.batches():
             _collect(batch, skipped, ev)
+            kept.keep(batch)
     keys = {"node": ctx.node, "identity": ctx.identity, "run_id": ctx.run_id, "model": ctx.model, "source": ctx.source}
     parsed = _convert(ev, stream.rest, tf.mtime_ns, keys, skipped)
+    distributed = parsed.job is not None and parsed.job.world_size is not None
+    parsed.iterations = with_critical_paths(parsed.iterations, kept, limits, distributed)
+    del kept
     yield from rechunk(parsed, ctx, stream.loaded())
 
 

@@ -49,6 +49,8 @@ class TraceLimits:
     max_gzip_ratio: int = 200
     gzip_grace_bytes: int = 256 << 20
     max_json_depth: int = 128
+    critical_path: str = "ranks"  # ranks | all | off: which Kineto traces get a critical path per step
+    critical_path_max_events: int = 100_000  # traces of more events do not (kineto_critical)
 
 
 class TraceLimitError(TraceFormatError):

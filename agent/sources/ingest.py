@@ -26,6 +26,7 @@ import os
 import stat
 import threading
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,6 +158,7 @@ def ingest_file(
     live: bool = False,
     meta: dict | None = None,
     skip_committed: bool = True,
+    read: Sequence[ParsedTrace] | None = None,
 ) -> IngestResult:
     """Publish every event of a recognised file under checkpoint ``key`` (None: no checkpoint).
 
@@ -164,7 +166,8 @@ def ingest_file(
     a big file as it goes (memory stays bounded) and a restart resumes after the last committed
     chunk — ``parse_any`` cuts a file into the same chunks every time. The file's checkpoint
     records its content identity and, once read, its chunk count, so a file the lake already
-    holds is skipped (unless not ``skip_committed``: read it all again).
+    holds is skipped (unless not ``skip_committed``: read it all again). ``read``: its chunks, read
+    ahead (``job_scan``).
     """
     subject = os.fspath(tf.path)
     info = dict(meta if meta is not None else {"path": subject})
@@ -177,7 +180,7 @@ def ingest_file(
     chunks = 0  # chunks the file gave so far (the ones skipped on resume included)
     r = None
     try:
-        for chunk, parsed in enumerate(parse_any(tf, tctx, max_bytes=max_bytes)):
+        for chunk, parsed in enumerate(parse_any(tf, tctx, max_bytes=max_bytes, read=read)):
             chunks = chunk + 1
             if chunk < first:
                 continue  # already in the lake

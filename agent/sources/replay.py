@@ -28,7 +28,7 @@ from pydantic import Field
 
 from aaco.agent.sources.base import Source, SourceContext
 from aaco.agent.sources.ingest import Quarantine, file_failed, ingest_file
-from aaco.agent.sources.job_scan import prescan
+from aaco.agent.sources.job_scan import ReadAhead, prescan
 from aaco.agent.sources.jobs import JobRegistry
 from aaco.agent.sources.limits_config import TraceLimitSettings
 from aaco.agent.sources.traces.context import TraceContext
@@ -100,14 +100,19 @@ class ReplaySource(Source):
         def context(tf: TraceFile) -> TraceContext:
             return cfg.trace_context(tf, node=ctx.node, source=self.name, model=cfg.model, **clock, **job)
 
+        ahead = ReadAhead()
         if cfg.job is None:  # a job nobody named is named from all its ranks (``job_scan``)
-            jobs.preset(prescan(recognised, context))
+            ahead = prescan(recognised, context, max_bytes=self.config.max_file_bytes)
+            jobs.preset(ahead.names)
         for tf in recognised:
             if ctx.stop.is_set():
                 break
             tctx = context(tf)
             key = None if self.config.force else f"file:{tf.identity}"
-            result = ingest_file(ctx, self.name, tf, tctx, quarantine, key=key, max_bytes=self.config.max_file_bytes)
+            read = ahead.take(tf.identity)
+            result = ingest_file(
+                ctx, self.name, tf, tctx, quarantine, key=key, max_bytes=self.config.max_file_bytes, read=read
+            )
             if result.already:
                 self.already += 1
                 ctx.problem(

@@ -22,8 +22,8 @@ pytestmark = pytest.mark.integration
 FAILING_PARSER = """
 from aaco.agent.sources import ingest
 real = ingest.parse_any
-def parse_any(tf, tctx, max_bytes):
-    yield from real(tf, tctx, max_bytes=max_bytes)
+def parse_any(tf, tctx, max_bytes, read=None):
+    yield from real(tf, tctx, max_bytes=max_bytes, read=read)
     if tf.path.name.startswith("bad"):
         raise KeyError("correlation")
 ingest.parse_any = parse_any

@@ -249,7 +249,31 @@ def test_a_replay_looks_ahead_at_the_ranks_that_share_a_world(tmp_path, samples)
             ev["ts"] += 1_000_000
     r1 = identify(write(tmp_path / "r1.json.gz", doc))
     files = [r1, identify(RANK0), identify(samples / "kineto-hta" / "trace_diff_test_test.json.gz")]
-    names = prescan(files, lambda tf: context_for(tf, node="n", source="replay"))
-    assert names == {files[0].identity: JOB128, files[1].identity: JOB128}  # the third is alone in its world
+    ahead = prescan(files, lambda tf: context_for(tf, node="n", source="replay"))
+    assert ahead.names == {files[0].identity: JOB128, files[1].identity: JOB128}  # the third is alone in its world
     alone = next(parse_any(r1, context_for(r1, node="n", source="replay")))
     assert alone.iterations.column("job")[0].as_py() == "nccl-128x-2023-04-28T23:51:39Z"
+
+
+def test_the_ranks_read_ahead_are_kept_and_give_what_a_read_gives(tmp_path):
+    """Kept chunks, given their job, equal the file read again; past keep_bytes a file is read for its span alone."""
+    files = [identify(RANK0), identify(RANK1)]
+    jobs = JobRegistry()
+
+    def context(tf):
+        return context_for(tf, node="n", source="replay", jobs=jobs)
+
+    ahead = prescan(files, context)
+    jobs.preset(ahead.names)
+    assert sorted(ahead.chunks) == sorted(tf.identity for tf in files)
+    for tf in files:
+        kept = list(parse_any(tf, context(tf), read=ahead.take(tf.identity)))
+        again = list(parse_any(tf, context(tf)))
+        assert len(kept) == len(again) >= 1
+        for a, b in zip(kept, again, strict=True):
+            assert a.kernels.equals(b.kernels) and a.iterations.equals(b.iterations)
+        assert kept[0].iterations.column("job")[0].as_py() == JOB128
+        assert kept[0].iterations.column("cp_length_ns").drop_null().to_pylist()  # the critical path came along
+        assert ahead.take(tf.identity) is None  # once
+    first = prescan(files, context, keep_bytes=1)  # the first file fills the budget: the second is read again
+    assert list(first.chunks) == [files[0].identity] and first.names == ahead.names

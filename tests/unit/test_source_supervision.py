@@ -79,11 +79,11 @@ def failing_parser(monkeypatch):
     real = ingest.parse_any
     calls: list[str] = []
 
-    def parse_any(tf, tctx, max_bytes):
+    def parse_any(tf, tctx, max_bytes, read=None):
         calls.append(tf.path.name)
         if tf.path.name.startswith("bad"):
             raise OverflowError("Python int too large to convert to C long")
-        yield from real(tf, tctx, max_bytes=max_bytes)
+        yield from real(tf, tctx, max_bytes=max_bytes, read=read)
         if tf.path.name.startswith("half"):
             raise KeyError("correlation")
 
@@ -210,8 +210,8 @@ def test_damage_is_reported_as_incomplete_with_its_offset(tmp_path, samples):
 def test_a_file_with_bad_events_the_parser_cannot_show_as_lines_is_kept_whole(tmp_path, samples, monkeypatch):
     real = ingest.parse_any
 
-    def parse_any(tf, tctx, max_bytes):
-        for parsed in real(tf, tctx, max_bytes=max_bytes):
+    def parse_any(tf, tctx, max_bytes, read=None):
+        for parsed in real(tf, tctx, max_bytes=max_bytes, read=read):
             parsed.skipped["int_out_of_range"] += 1  # as a parser that left one event out says it
             yield parsed
 

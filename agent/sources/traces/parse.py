@@ -29,7 +29,7 @@ from __future__ import annotations
 import csv
 import sqlite3
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -103,7 +103,12 @@ def with_model(kernels: pa.Table, label: str) -> pa.Table:
 
 
 def parse_any(
-    tf: TraceFile, ctx: TraceContext, *, max_bytes: int = DEFAULT_MAX_BYTES, limits: TraceLimits | None = None
+    tf: TraceFile,
+    ctx: TraceContext,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    limits: TraceLimits | None = None,
+    read: Sequence[ParsedTrace] | None = None,
 ) -> Iterator[ParsedTrace]:
     """Parse a recognised trace file into ``ParsedTrace`` chunks (see the module doc).
 
@@ -112,13 +117,30 @@ def parse_any(
     CLOCK_BOOTTIME trace recorded on another boot are re-anchored (``clock_anchor``), and kernels
     of a file without iterations take a model (``_model_stamp``). Raises ``TraceFormatError``
     (naming the file) when the file cannot be read or is not the format it looked like; bad rows
-    inside a readable file never raise. The rows carry their job (``job_stamp``).
+    inside a readable file never raise. The rows carry their job (``job_stamp``). ``read``: the
+    file's chunks as ``read_ahead`` gave them, given their job here and not read again.
     """
+    parts = iter(read) if read is not None else read_ahead(tf, ctx, max_bytes=max_bytes, limits=limits)
+    yield from _guarded(tf, stamp_jobs(parts, tf, ctx))
+
+
+def read_ahead(
+    tf: TraceFile, ctx: TraceContext, *, max_bytes: int = DEFAULT_MAX_BYTES, limits: TraceLimits | None = None
+) -> Iterator[ParsedTrace]:
+    """``parse_any``'s chunks before their job is known (``job_scan`` reads ranks ahead to name their jobs)."""
     limits = limits or replace(tf.limits or TraceLimits(), max_file_bytes=max_bytes)
-    try:
+
+    def chunks() -> Iterator[ParsedTrace]:
         check_size(tf.path, limits)
-        parts = BootClockCheck(tf, ctx).apply(_parse(tf, ctx, limits))
-        yield from stamp_jobs(_model_stamp(parts, tf, ctx), tf, ctx)
+        yield from _model_stamp(BootClockCheck(tf, ctx).apply(_parse(tf, ctx, limits)), tf, ctx)
+
+    return _guarded(tf, chunks())
+
+
+def _guarded(tf: TraceFile, parts: Iterator[ParsedTrace]) -> Iterator[ParsedTrace]:
+    """``parts``, a reading error raised as the ``TraceFormatError`` that names the file."""
+    try:
+        yield from parts
     except TraceFormatError:
         raise
     except (ValueError, OSError, EOFError, zlib.error, csv.Error, sqlite3.Error) as exc:

@@ -29,6 +29,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 
 from aaco.analyzers.base import AgentHints, Analyzer
 from aaco.analyzers.grouping import group
+from aaco.analyzers.jobs_critical import critical_shares, step_paths
 from aaco.analyzers.jobs_hta import (
     COMMUNICATION,
     STRAGGLER_KERNEL_PREFIX,
@@ -196,7 +197,8 @@ class JobsAnalyzer(Analyzer):
     def _steps(self, rank: _Rank, run: _Run, run_id: str, part: pa.RecordBatch) -> None:
         starts, ends = _np(part.column("start_ns"), 0), _np(part.column("end_ns"), 0)
         numbers = part.column("iteration").to_pylist()
-        for start, end, n in zip(starts.tolist(), ends.tolist(), numbers, strict=True):
+        paths = step_paths(part)
+        for start, end, n, path in zip(starts.tolist(), ends.tolist(), numbers, paths, strict=True):
             if n is None:
                 continue
             step = self._step(rank, n, run_id)
@@ -204,6 +206,7 @@ class JobsAnalyzer(Analyzer):
                 continue
             start_us = int(ceil_us(np.int64(start)))
             step.span(start_us, int(floor_us(np.int64(end))), end - start)
+            step.critical = path or step.critical
             if run.last_step_us is None or start_us > run.last_step_us:
                 run.last_step_us = start_us
                 run.steps += 1
@@ -301,7 +304,8 @@ class JobsAnalyzer(Analyzer):
             durations = [s.duration_ns for s in r.steps.values() if s.duration_ns is not None]
             p50 = float(np.median(durations)) / 1e9 if durations else None
             straggler = None if found is None else rank in found.stragglers
-            ranks.append(RankView(rank, r.node, run_id, figures, p50, len(durations), straggler))
+            critical = critical_shares(s.critical for s in r.steps.values())
+            ranks.append(RankView(rank, r.node, run_id, figures, p50, len(durations), straggler, critical))
         totals: dict[str, tuple[float, int]] = {}
         for r in j.ranks.values():
             for step in r.steps.values():

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from aaco.analyzers.jobs_critical import BOUNDS, CriticalShares
 from aaco.analyzers.jobs_hta import RankFigures
 from aaco.analyzers.jobs_stragglers import Stragglers
 from aaco.contract.signals import MetricPoint, PointBuilder, define
@@ -57,6 +58,24 @@ BUS_BANDWIDTH = define(
     "message size times the operation's bus factor over the sum of kernel time (collectives of known size only).",
     ("job", "op"),
 )
+CRITICAL_SHARE = define(
+    "aaco.job.critical_path.share",
+    "aaco_job_critical_path_ratio",
+    "gauge",
+    "1",
+    "Share of a rank's critical path (HTA's lightweight critical path of each recent step) bound by: cpu (CPU "
+    "operators and runtime calls), compute (GPU computation), comm (collectives), launch (launch delay), gap "
+    "(a stream's gap between kernels); the bounds add up to 1.",
+    ("job", "rank", "bound"),
+)
+CRITICAL_SECONDS = define(
+    "aaco.job.critical_path.duration",
+    "aaco_job_critical_path_seconds",
+    "gauge",
+    "s",
+    "Median length of the critical path of a rank's recent steps (HTA's lightweight critical path).",
+    ("job", "rank"),
+)
 DROPPED = define(
     "aaco.job.dropped",
     "aaco_job_rows_dropped",
@@ -81,6 +100,7 @@ class RankView:
     step_p50_s: float | None
     steps: int
     straggler: bool | None  # None: no straggler analysis for the job
+    critical: CriticalShares | None = None  # its recent steps' critical path
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: HTA's columns (percentages 0..100) beside the rank's identity."""
@@ -91,6 +111,7 @@ class RankView:
             "step_p50_s": self.step_p50_s,
             "steps": self.steps,
             "straggler": self.straggler,
+            "critical_path": self.critical.to_dict() if self.critical else None,
             **(self.figures.to_dict() if self.figures else {}),
         }
 
@@ -130,7 +151,7 @@ class JobsResult:
         return {"jobs": [j.to_dict() for j in self.jobs], "dropped": dict(self.dropped)}
 
     def points(self) -> list[MetricPoint]:
-        """Per (job, rank): time ratios, overlap, step time, straggler; the drop counters."""
+        """Per (job, rank): time ratios, overlap, step time, straggler, critical path; the drop counters."""
         pb = PointBuilder()
         for j in self.jobs:
             for r in j.ranks:
@@ -145,6 +166,10 @@ class JobsResult:
                     pb.add(STEP_SECONDS, r.step_p50_s, **labels)
                 if r.straggler is not None:
                     pb.add(STRAGGLER, 1.0 if r.straggler else 0.0, **labels)
+                if r.critical is not None:
+                    pb.add(CRITICAL_SECONDS, r.critical.length_p50_s, **labels)
+                    for bound in BOUNDS:
+                        pb.add(CRITICAL_SHARE, r.critical.shares[bound], bound=bound, **labels)
             for op, value in sorted(j.bus_bandwidth.items()):
                 pb.add(BUS_BANDWIDTH, value, job=j.job, op=op)
         for reason in DROP_REASONS:

@@ -49,6 +49,7 @@ class StepData:
     last_us: int | None = None  # the latest end of its GPU work
     collectives: dict[tuple[int, str], list[tuple[int, int, int]]] = field(default_factory=dict)
     bus: dict[str, tuple[float, int]] = field(default_factory=dict)  # op -> (bus bytes, ns) of its collectives
+    critical: tuple[int, ...] | None = None  # its critical path: length and bounds in ns (analyzers/jobs_critical.py)
 
     def span(self, start_us: int, end_us: int, duration_ns: int) -> None:
         """The step's own span (its ``ProfilerStep``)."""

@@ -70,6 +70,12 @@ _INT_COLUMNS = {
     "collective_bytes",
     "collective_group_size",
     "collective_seq",
+    "cp_length_ns",
+    "cp_cpu_ns",
+    "cp_compute_ns",
+    "cp_comm_ns",
+    "cp_launch_ns",
+    "cp_gap_ns",
 }
 
 

@@ -15,7 +15,16 @@ from hypothesis import strategies as st
 from aaco.analyzers.intervals import merge_groups, overlap_sweep
 from aaco.analyzers.jobs import JobsAnalyzer, JobsSettings
 from aaco.analyzers.jobs_hta import COMMUNICATION, COMPUTATION, MEMORY, OTHER, RankWindow, kernel_type
-from aaco.analyzers.jobs_result import BUS_BANDWIDTH, DROPPED, OVERLAP, STEP_SECONDS, STRAGGLER, TIME_RATIO
+from aaco.analyzers.jobs_result import (
+    BUS_BANDWIDTH,
+    CRITICAL_SECONDS,
+    CRITICAL_SHARE,
+    DROPPED,
+    OVERLAP,
+    STEP_SECONDS,
+    STRAGGLER,
+    TIME_RATIO,
+)
 from aaco.analyzers.jobs_stragglers import StepData, find_stragglers, undominated
 from aaco.analyzers.registry import AgentHints, AnalyzersConfig, build
 from aaco.contract.signals import METRICS
@@ -202,6 +211,42 @@ def test_step_time_is_the_median_of_the_ranks_steps():
     a = JobsAnalyzer()
     steps(a, [(0, 100 * US), (100 * US, 400 * US), (400 * US, 600 * US)], [1, 2, 3])
     assert rank_view(a).step_p50_s == pytest.approx(200e-6)
+
+
+def test_critical_path_shares_weigh_each_step_by_its_length():
+    """Summed bound time over summed length: a 300 us step counts three times a 100 us one; no path, no figure."""
+    a = JobsAnalyzer()
+    paths = {
+        "cp_length_ns": [100 * US, 300 * US, None],
+        "cp_cpu_ns": [100 * US, 0, None],
+        "cp_compute_ns": [0, 150 * US, None],
+        "cp_comm_ns": [0, 60 * US, None],
+        "cp_launch_ns": [0, 30 * US, None],
+        "cp_gap_ns": [0, 60 * US, None],
+    }
+    b = iterations(
+        [(0, 100 * US), (100 * US, 400 * US), (400 * US, 500 * US)],
+        run_id="r0",
+        iteration=[1, 2, 3],
+        job=["j"] * 3,
+        rank=[0] * 3,
+        **paths,
+    )
+    a.update(item("iterations", b))
+    cp = rank_view(a).critical
+    assert (cp.steps, cp.length_p50_s) == (2, pytest.approx(200e-6))
+    assert cp.shares == pytest.approx({"cpu": 0.25, "compute": 0.375, "comm": 0.15, "launch": 0.075, "gap": 0.15})
+    assert sum(cp.shares.values()) == pytest.approx(1)
+    points = a.snapshot().points()
+    assert_points_valid(points)
+    shares = {p.labels["bound"]: p.value for p in points if p.metric is CRITICAL_SHARE}
+    assert shares == cp.shares
+    assert [p.value for p in points if p.metric is CRITICAL_SECONDS] == [pytest.approx(200e-6)]
+    assert rank_view(a).to_dict()["critical_path"]["cpu_pct"] == pytest.approx(25)
+
+    steps(a, [(0, 100 * US)], [1], rank=1)  # a rank without paths: no critical path series
+    assert rank_view(a, rank=1).critical is None
+    assert {p.labels["rank"] for p in a.snapshot().points() if p.metric is CRITICAL_SECONDS} == {"0"}
 
 
 def hta_straggler_oracle():

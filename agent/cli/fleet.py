@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import typer
 
 from aaco.agent.cli.common import AsJson, fail, out_console, print_note, table
 
 fleet_app = typer.Typer(
-    help="Query the lake of a fleet of nodes (per node, per model, outliers).", no_args_is_help=True
+    help="Query the lake of a fleet of nodes (per node, per model, per training job, outliers).",
+    no_args_is_help=True,
 )
 
 LakeUrl = Annotated[
@@ -33,6 +34,9 @@ Since = Annotated[
 
 def _query(lake: str, since: str | None, ask: Callable[[Any], Any]) -> Any:
     """Open the lake, ask one question, and turn a bad lake or duration into one error line (exit 2)."""
+    from aaco.agent.cli.runner import keep_pandas_out
+
+    keep_pandas_out()  # pyarrow's dataset module would import pandas (0.2 s); no fleet question uses it
     from aaco.agent.fleet.lake import FleetError, FleetLake, parse_duration
 
     try:
@@ -44,7 +48,7 @@ def _query(lake: str, since: str | None, ask: Callable[[Any], Any]) -> Any:
         return ask(con)
 
 
-_TEXT = frozenset({"node", "model", "models", "family", "top_families"})
+_TEXT = frozenset({"node", "model", "models", "family", "top_families", "op"})
 
 
 def _print(
@@ -202,3 +206,60 @@ def _no_outliers(scope: dict[str, int], min_nodes: int) -> str:
     return f"no outliers: every node's p95 is near the fleet's ({nodes})" + (
         f"; too few nodes to compare {few}" if few else ""
     )
+
+
+@fleet_app.command("jobs")
+def jobs(lake: LakeUrl, since: Since = None, as_json: AsJson = False) -> None:
+    """Per training job: ranks and nodes, step p50/p95, HTA's breakdown, overlap and critical path, collectives."""
+    from aaco.agent.fleet import jobs as fleet_jobs
+
+    doc = _query(lake, since, fleet_jobs.jobs)
+    if as_json:
+        typer.echo(json.dumps(doc))
+        return
+    if not doc["jobs"]:
+        print_note("jobs: no distributed job in the lake (rows with a job and a rank, for the time asked)")
+        return
+    for i, job in enumerate(doc["jobs"]):
+        if i:
+            out_console.print()
+        _print_job(job)
+
+
+_RANK_COLUMNS: Final = [
+    ("rank", "rank"),
+    ("node", "node"),
+    ("step p50 s", "step_p50_s"),
+    ("step p95 s", "step_p95_s"),
+    ("idle %", "idle_pct"),
+    ("compute %", "compute_pct"),
+    ("non-compute %", "non_compute_pct"),
+    ("overlap %", "comm_comp_overlap_pct"),
+    ("straggler", "straggler"),
+]
+_BOUNDS: Final = ("cpu", "compute", "comm", "launch", "gap")
+
+
+def _pct2(row: dict[str, Any]) -> dict[str, Any]:
+    """Percentages to HTA's two decimals for the eye (``--json`` keeps them whole)."""
+    return {k: round(v, 2) if k.endswith("_pct") and isinstance(v, float) else v for k, v in row.items()}
+
+
+def _print_job(job: dict[str, Any]) -> None:
+    """One job: a heading, its ranks, their critical paths, its collectives."""
+    stragglers = ", ".join(map(str, job["stragglers"])) or "none"
+    out_console.print(
+        f"job {job['job']}: world size {job['world_size'] or '?'}, {job['backend'] or 'backend ?'}, "
+        f"{len(job['ranks'])} rank(s) on {', '.join(job['nodes'])}; stragglers: {stragglers}",
+        markup=False,
+        highlight=False,
+    )
+    ranks = [_pct2({**r, "straggler": "yes" if r["rank"] in job["stragglers"] else ""}) for r in job["ranks"]]
+    _print(ranks, False, _RANK_COLUMNS, "ranks", frozenset({"straggler"}))
+    paths = [_pct2({"rank": r["rank"], **r["critical_path"]}) for r in job["ranks"] if r["critical_path"]]
+    if paths:
+        cols = [("rank", "rank"), ("steps", "steps"), ("path p50 s", "length_p50_s")]
+        _print(paths, False, [*cols, *((f"{b} %", f"{b}_pct") for b in _BOUNDS)], "critical path (HTA)")
+    if job["collectives"]:
+        cols = [("op", "op"), ("count", "count"), ("time s", "time_s"), ("bus GB/s", "bus_bandwidth_gbps")]
+        _print(job["collectives"], False, cols, "collectives")

@@ -312,7 +312,8 @@ def trace_links(
     ]
 
 
-def _query_variable(name: str, label: str, query: str, description: str) -> db.QueryVariable:
+def query_variable(name: str, label: str, query: str, description: str) -> db.QueryVariable:
+    """A multi-value variable from a Prometheus query on ``$datasource``, All (``.*``) by default."""
     return (
         db.QueryVariable(name)
         .label(label)
@@ -337,7 +338,7 @@ def standard_variables(traces_plugin: str, sources: Mapping[str, tuple[str, str]
     sources = sources or {}
 
     def query(name: str, label: str, expr: str, description: str) -> db.QueryVariable:
-        return _query_variable(name, label, *sources.get(name, (expr, description)))
+        return query_variable(name, label, *sources.get(name, (expr, description)))
 
     return [
         db.DatasourceVariable("datasource")

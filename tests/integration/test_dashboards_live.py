@@ -77,6 +77,20 @@ NO_SERIES_BECAUSE = {
     # The impact needs iterations both inside and outside a throttling episode. The demo's amd-smi capture
     # reports throttling in every sample, so only iterations that finish before its first sample are
     # outside: on a loaded machine the telemetry can start first, and then there are none.
+    # The Training jobs dashboard: the demo's traces are of single processes, not ranks of a distributed
+    # job (no world size in their distributedInfo), so the jobs analyzer has no job to report.
+    **dict.fromkeys(
+        (
+            "aaco_job_step_seconds",
+            "aaco_job_straggler",
+            "aaco_job_time_ratio",
+            "aaco_job_comm_comp_overlap_ratio",
+            "aaco_job_collective_bus_bandwidth_bytes_per_second",
+        ),
+        "no distributed training job in the demo: its traces are single processes (no world size in their "
+        "distributedInfo); the jobs dashboard is checked on real ranks by tests/integration/test_fleet_jobs.py "
+        "and test_jobs_hta.py",
+    ),
     "aaco_throttle_latency_impact_ratio": _IMPACT,
     "aaco_throttle_latency_impact_ci_low_ratio": _IMPACT,
     "aaco_throttle_latency_impact_ci_high_ratio": _IMPACT,

@@ -67,6 +67,15 @@ REQUIRED = {
         "device active ratio",
         "per pod",
     ],
+    "jobs.json": [
+        "step time by rank",
+        "straggler",
+        "overlap",
+        "bus bandwidth",
+        "link's peak",
+        "temporal breakdown",
+        "critical path",
+    ],
 }
 
 
@@ -105,6 +114,7 @@ def test_the_dashboards_exist_with_unique_uids():
         "AACO / Fleet",
         "AACO / Agent health",
         "AACO / LLM serving",
+        "AACO / Training jobs",
     }
 
 

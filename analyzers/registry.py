@@ -17,6 +17,7 @@ from aaco.analyzers import (
     bottleneck,
     drift_analyzer,
     families,
+    health,
     jobs,
     kar,
     latency,
@@ -46,6 +47,7 @@ ANALYZERS.register("telemetry", telemetry.TelemetrySettings, telemetry.create)
 ANALYZERS.register("sched", sched.SchedSettings, sched.create)
 ANALYZERS.register("drift", drift_analyzer.DriftSettings, drift_analyzer.create)
 ANALYZERS.register("throttle", throttle.ThrottleSettings, throttle.create)
+ANALYZERS.register("health", health.HealthSettings, health.create)
 ANALYZERS.register("bottleneck", bottleneck.BottleneckSettings, bottleneck.create)
 
 

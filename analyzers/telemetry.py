@@ -29,6 +29,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 from aaco.analyzers.base import AgentHints, Analyzer
 from aaco.analyzers.layout import LayoutCache
 from aaco.analyzers.telemetry_compat import compat_points
+from aaco.analyzers.telemetry_health import DEFINITIONS as HEALTH_DEFINITIONS
 from aaco.analyzers.telemetry_series import BASE_LABELS, Series
 from aaco.contract import telemetry as m
 from aaco.contract.config_base import StrictModel
@@ -166,6 +167,7 @@ DEFINITIONS: Final[dict[str, MetricDef]] = {
     m.DPM_LEVEL: DPM_LEVEL,
     m.PCIE_LINK_GENERATION: PCIE_LINK_GENERATION,
     m.PCIE_LINK_WIDTH: PCIE_LINK_WIDTH,
+    **HEALTH_DEFINITIONS,
 }
 
 

@@ -43,6 +43,17 @@ PSTATE: Final = "aaco.gpu.pstate"  # NVIDIA performance state: 0 for P0 (the fas
 DPM_LEVEL: Final = "aaco.gpu.dpm.level"  # AMD current DPM level of a clock domain (0: the slowest); attribute clock
 PCIE_LINK_GENERATION: Final = "aaco.gpu.pcie.link.generation"  # the PCIe link's current generation (1..6)
 PCIE_LINK_WIDTH: Final = "aaco.gpu.pcie.link.width"  # the PCIe link's current width in lanes
+# Health (docs/health.md). ECC counts since the driver loaded (NVIDIA's volatile counters, amdgpu's
+# ras/*_err_count) by memory location or RAS block: dram, sram (NVIDIA); umc, gfx, sdma, mmhub, xgmi_wafl ... (AMD)
+ECC_CORRECTED: Final = "aaco.gpu.ecc.corrected"  # attribute block
+ECC_UNCORRECTED: Final = "aaco.gpu.ecc.uncorrected"  # attribute block
+RETIRED_PAGES: Final = "aaco.gpu.memory.retired_pages"  # attribute cause: single_bit | double_bit (NVIDIA), ecc (AMD)
+RETIRED_PAGES_PENDING: Final = "aaco.gpu.memory.retired_pages.pending"  # pages waiting for a reset to retire
+REMAPPED_ROWS: Final = "aaco.gpu.memory.remapped_rows"  # attribute cause: correctable | uncorrectable
+ROW_REMAP_PENDING: Final = "aaco.gpu.memory.row_remap.pending"  # 1 while a remap waits for a GPU reset
+ROW_REMAP_FAILURE: Final = "aaco.gpu.memory.row_remap.failure"  # 1 once a row could not be remapped
+PCIE_REPLAYS: Final = "aaco.gpu.pcie.replays"  # PCIe link replays (retransmissions) since the driver loaded
+NVLINK_ERRORS: Final = "aaco.gpu.nvlink.errors"  # attribute error.type: crc_flit | crc_data | replay | recovery
 
 UNITS: Final[dict[str, str]] = {
     UTILIZATION: "1",
@@ -65,6 +76,15 @@ UNITS: Final[dict[str, str]] = {
     DPM_LEVEL: "1",
     PCIE_LINK_GENERATION: "1",
     PCIE_LINK_WIDTH: "{lane}",
+    ECC_CORRECTED: "{error}",
+    ECC_UNCORRECTED: "{error}",
+    RETIRED_PAGES: "{page}",
+    RETIRED_PAGES_PENDING: "{page}",
+    REMAPPED_ROWS: "{row}",
+    ROW_REMAP_PENDING: "1",
+    ROW_REMAP_FAILURE: "1",
+    PCIE_REPLAYS: "{replay}",
+    NVLINK_ERRORS: "{error}",
 }
 
 # The attribute that distinguishes series of one metric on one GPU.
@@ -78,6 +98,11 @@ SERIES_ATTRIBUTE: Final[dict[str, str]] = {
     FAN_SPEED_RATIO: "fan",
     VOLTAGE: "sensor",
     DPM_LEVEL: "clock",
+    ECC_CORRECTED: "block",
+    ECC_UNCORRECTED: "block",
+    RETIRED_PAGES: "cause",
+    REMAPPED_ROWS: "cause",
+    NVLINK_ERRORS: "error.type",
 }
 
 THROTTLE_REASONS: Final = ("power", "thermal", "current", "other")

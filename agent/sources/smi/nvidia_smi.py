@@ -7,8 +7,9 @@ Values carry their unit in the text (``27 C``, ``67.03 W``, ``50 MiB``, ``1275 M
 boost as ``other`` (idle, application and display clock settings are not throttling). The GPU
 core sensor is reported as sensor ``edge`` (NVIDIA has no hotspot sensor in this log; its core
 sensor plays the role of AMD's edge sensor, with slowdown thresholds around 90 C), memory as
-``memory``. ECC counts are the aggregate (lifetime) counters. MIG instances are not reported
-separately: their parent GPU is.
+``memory``. ``hw.errors`` are the aggregate (lifetime) ECC counts; the health sections (volatile ECC
+by location, retired pages, remapped rows, PCIe replays) are ``nvidia_smi_health``'s. MIG instances
+are not reported separately: their parent GPU is.
 
 ``fan_speed`` (``30 %``, the first fan's) is fan ``0``'s speed ratio; ``performance_state`` (``P8``) the
 P-state; ``pci/pci_gpu_link_info`` the PCIe link's current generation and width (``16x``);
@@ -23,6 +24,7 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Final
 
+from aaco.agent.sources.smi.nvidia_smi_health import read_health
 from aaco.agent.sources.smi.placeholders import drop_placeholders
 from aaco.agent.sources.smi.values import Fields, TelemetryFormatError, missing
 from aaco.contract.telemetry import (
@@ -134,6 +136,7 @@ def parse_nvidia_smi(text: str | bytes, subject: str) -> Snapshot:
         s.add(VOLTAGE, val("voltage/graphics_volt", "v", "mV"), sensor="graphics")
         _throttle(f, gpu, where, s)
         _ecc(f, gpu, where, s)
+        read_health(f, gpu, where, s)
         drop_placeholders(s, vgpu=text("gpu_virtualization_mode/virtualization_mode").upper() == "VGPU")
         snap.gpus.append(s)
     if not snap.gpus and root.find("gpu") is None and root.find("attached_gpus") is None:

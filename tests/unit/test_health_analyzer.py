@@ -1,0 +1,56 @@
+"""The health analyzer: telemetry rows to aaco_gpu_health{gpu,status}, and a finding with a trace when it changes."""
+
+from __future__ import annotations
+
+from aaco.analyzers.health import HEALTH, REASON, HealthAnalyzer, HealthSettings
+from aaco.analyzers.registry import AnalyzersConfig
+from aaco.contract.schemas import EventBatch
+from aaco.contract.telemetry import to_table
+
+from .builders import assert_points_valid, kernels
+from .test_health_verdict import CLEAN, sample
+
+S = 10**9
+
+
+def telemetry(ts_s: int, *samples) -> EventBatch:
+    return EventBatch("telemetry", to_table(samples, ts_ns=ts_s * S, node="n1", source="smi"), "smi")
+
+
+def statuses(a: HealthAnalyzer) -> dict[str, str]:
+    points = a.snapshot().points()
+    assert_points_valid(points)
+    return {p.labels["gpu"]: p.labels["status"] for p in points if p.metric is HEALTH and p.value == 1.0}
+
+
+def test_a_gpu_that_turns_unhealthy_gives_a_finding_with_the_running_jobs_trace():
+    a = HealthAnalyzer()
+    a.update(telemetry(1, sample("0", **CLEAN), sample("1", **CLEAN)))
+    assert statuses(a) == {"0": "healthy", "1": "healthy"}
+    assert a.drain_findings() == []  # healthy from the start: nothing to say
+    b = kernels([2 * S], [3 * S], device=["1"], trace_id=["ab" * 16], node=["n1"])
+    a.update(EventBatch("kernels", b, "test"))
+    a.update(telemetry(4, sample("0", **CLEAN), sample("1", **{**CLEAN, "ecc_uncorrected": {"dram": 2}})))
+    assert statuses(a) == {"0": "healthy", "1": "unhealthy"}
+    (f,) = a.drain_findings()
+    assert (f.subject, f.severity, f.trace_id, f.ts_ns) == ("gpu 1", "critical", "ab" * 16, 4 * S)
+    assert "healthy -> unhealthy" in f.summary and "2 uncorrected ECC error(s) in dram" in f.summary
+    reasons = {p.labels["reason"] for p in a.snapshot().points() if p.metric is REASON}
+    assert reasons == {"ecc_uncorrected"}
+    a.update(telemetry(5, sample("1", **{**CLEAN, "ecc_uncorrected": {"dram": 2}})))
+    assert a.drain_findings() == []  # still unhealthy: said once
+
+
+def test_every_status_is_a_series_and_the_bound_holds():
+    a = HealthAnalyzer(HealthSettings(max_gpus=2))
+    a.update(telemetry(1, *(sample(str(i), **CLEAN) for i in range(3))))
+    points = [p for p in a.snapshot().points() if p.metric is HEALTH]
+    assert {p.labels["gpu"] for p in points} == {"1", "2"}  # the least recently seen made room
+    assert len(points) == 2 * 4
+
+
+def test_the_thresholds_are_the_analyzers_configuration():
+    cfg = AnalyzersConfig.model_validate({"health": {"max_retired_pages": 10}})
+    a = HealthAnalyzer(cfg.health)
+    a.update(telemetry(1, sample("0", **{**CLEAN, "retired_pages": {"single_bit": 10}})))
+    assert statuses(a) == {"0": "unhealthy"}

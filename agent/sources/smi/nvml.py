@@ -4,7 +4,8 @@ Per GPU: utilisation (GPU and memory), memory used/total, power and its enforced
 energy (mJ), core
 temperature (reported as sensor ``edge``, see ``nvidia_smi``), graphics/SM/memory/video clocks and
 their maxima (MHz), clock event ("throttle") reasons, aggregate ECC counts, the performance state
-(P0..P15), the PCIe link's current generation and width, and each fan's speed (% of its full
+(P0..P15), the PCIe link's current generation and width, the health readings every tenth sample
+(``nvml_health``), and each fan's speed (% of its full
 speed, ``nvmlDeviceGetFanSpeed_v2`` per fan of ``nvmlDeviceGetNumFans``, else the one of
 ``nvmlDeviceGetFanSpeed``; rpm of fan 0, the one ``nvmlDeviceGetFanSpeedRPM`` reads). Zeros that
 cannot be readings are left out (``placeholders``), on a vGPU guest
@@ -22,6 +23,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Final, TypeVar
 
+from aaco.agent.sources.smi.nvml_health import EVERY as HEALTH_EVERY
+from aaco.agent.sources.smi.nvml_health import read_health
 from aaco.agent.sources.smi.placeholders import drop_placeholders
 from aaco.agent.sources.smi.values import Fields
 from aaco.contract.telemetry import (
@@ -90,6 +93,7 @@ class NvmlReader:
         # H100, driver 580: 6 ms of a 11.4 ms sample for the four clocks), so they are read once per GPU,
         # as are the other facts of a board (its number of fans, its virtualization mode).
         self._fixed: dict[tuple[str, str], Any] = {}
+        self._samples = 0  # health readings on the first sample and every nvml_health.EVERY-th
 
     def close(self) -> None:
         """Shut NVML down (once)."""
@@ -116,6 +120,7 @@ class NvmlReader:
         f = Fields(self.subject)
         snap = Snapshot(FORMAT)
         count = n.nvmlDeviceGetCount()
+        self._samples += 1
         for i in range(count):
             where = f"gpu[{i}]"
             try:
@@ -214,6 +219,14 @@ class NvmlReader:
         s.add(PCIE_LINK_GENERATION, self._q(f, where, n.nvmlDeviceGetCurrPcieLinkGeneration, h))
         s.add(PCIE_LINK_WIDTH, self._q(f, where, n.nvmlDeviceGetCurrPcieLinkWidth, h))
         self._fans(f, where, h, s)
+        if (self._samples - 1) % HEALTH_EVERY == 0:
+            read_health(
+                n,
+                lambda fn, *a: self._q(f, where, fn, *a),
+                lambda fact, fn, *a: self._once(f, where, s.gpu.uuid, fact, fn, *a),
+                h,
+                s,
+            )
         get_mode = getattr(n, "nvmlDeviceGetVirtualizationMode", None)
         mode = self._once(f, where, s.gpu.uuid, "mode", get_mode, h) if get_mode is not None else None
         drop_placeholders(s, vgpu=mode == NVML_GPU_VIRTUALIZATION_MODE_VGPU)

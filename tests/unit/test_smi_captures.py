@@ -194,6 +194,8 @@ def expected_rocm(card: dict[str, str]) -> dict[tuple[str, tuple[tuple[str, str]
     rate, lanes = re.fullmatch(r"\d+ \((\d+\.\d) ?GT/s x(\d+)\)", card["pcie clock level"]).groups()
     out[("aaco.gpu.pcie.link.generation", ())] = GT_PER_S[rate]
     out[("aaco.gpu.pcie.link.width", ())] = int(lanes)
+    if "PCIe Replay Count" in card:  # --showreplaycount
+        out[("aaco.gpu.pcie.replays", ())] = int(card["PCIe Replay Count"])
     names = {"s": "graphics", "m": "memory", "f": "fabric", "soc": "soc", "dcef": "dcef"}
     for key, level in card.items():
         if m := re.fullmatch(r"(\w+?)clk clock level:", key):

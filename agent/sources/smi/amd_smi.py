@@ -9,6 +9,15 @@ them, say why. Throttled without a stated reason reads as reason ``other``. ``fa
 ``0``'s speed (``usage`` %, else ``speed`` of ``max``) and ``rpm``; ``power``'s ``gfx_voltage`` /
 ``soc_voltage`` / ``mem_voltage`` the voltages; ``pcie``'s ``width`` and ``speed`` (GT/s) the link.
 
+Health (docs/health.md): ``ecc``'s ``total_correctable_count`` / ``total_uncorrectable_count`` are
+``hw.errors``; ``ecc_blocks`` (amd-smi 24.5, ROCm 6.1, and later: ``{"UMC": {"correctable_count",
+"uncorrectable_count", "deferred_count"}, ...}``, the RAS blocks the driver enabled among UMC, SDMA,
+GFX, MMHUB, PCIE_BIF, HDP, XGMI_WAFL) or ``ecc_block`` (earlier releases: ``correctable`` /
+``uncorrectable``) the ECC counts per block, ``block`` in lower case as amdgpu's sysfs names it
+(``umc``, ``xgmi_wafl``); ``pcie.replay_count`` (releases before September 2023: a top-level
+``replay_count``), the GPU's PCIe replay counter, the PCIe replays. amd-smi ``metric`` has no bad
+pages (they are ``amd-smi bad-pages``): no retired pages from this backend.
+
 ``amd-smi list --json`` (``gpu``, ``bdf``, ``uuid``) and ``amd-smi static --asic --json``
 (``market_name``, else the marketing name of ``device_id`` and ``rev_id``: ``amdgpu_ids``) give
 identities; ``parse_identities`` reads them.
@@ -26,6 +35,8 @@ from aaco.agent.sources.smi.values import Fields, TelemetryFormatError, missing,
 from aaco.contract.telemetry import (
     CLOCK,
     CLOCK_MAX,
+    ECC_CORRECTED,
+    ECC_UNCORRECTED,
     ENERGY,
     ERRORS,
     FAN_SPEED,
@@ -35,6 +46,7 @@ from aaco.contract.telemetry import (
     MEMORY_UTILIZATION,
     PCIE_LINK_GENERATION,
     PCIE_LINK_WIDTH,
+    PCIE_REPLAYS,
     POWER,
     TEMPERATURE,
     THROTTLE,
@@ -82,6 +94,12 @@ _VIOLATIONS: Final[dict[str, str]] = {
     "gfx_clk_below_host_limit_thermal": "thermal",
 }
 _VOLTAGES: Final = (("gfx_voltage", "graphics"), ("soc_voltage", "soc"), ("mem_voltage", "memory"))
+# per-block ECC section (newer spelling first) and its keys per metric (newer spelling first)
+_ECC_BLOCK_SECTIONS: Final = ("ecc_blocks", "ecc_block")
+_ECC_BLOCK_KEYS: Final = (
+    (ECC_CORRECTED, ("correctable_count", "correctable")),
+    (ECC_UNCORRECTED, ("uncorrectable_count", "uncorrectable")),
+)
 _ACTIVE: Final = frozenset({"active", "throttled", "true", "yes", "1", "enabled"})
 _INACTIVE: Final = frozenset({"not active", "inactive", "unthrottled", "false", "no", "0", "disabled"})
 
@@ -262,6 +280,24 @@ def _energy_and_ecc(f: Fields, e: Mapping[str, Any], where: str, s: GpuSample) -
         f.num(ecc.get("total_uncorrectable_count"), f"{where}.ecc.total_uncorrectable_count"),
         error_type="uncorrected",
     )
+    _ecc_blocks(f, e, where, s)
+
+
+def _ecc_blocks(f: Fields, e: Mapping[str, Any], where: str, s: GpuSample) -> None:
+    """ECC counts per RAS block (``ecc_blocks``, or ROCm 6.0's ``ecc_block``)."""
+    section = next((k for k in _ECC_BLOCK_SECTIONS if k in e), None)
+    if section is None:
+        return
+    for name, counts in f.section(e, section, where).items():
+        path = f"{where}.{section}.{name}"
+        if not isinstance(counts, Mapping):
+            if not missing(counts):
+                f.problem(path, f"expected a section, got {type(counts).__name__}")
+            continue
+        for metric, keys in _ECC_BLOCK_KEYS:
+            key = next((k for k in keys if k in counts), None)
+            if key is not None:
+                s.add(metric, f.num(counts[key], f"{path}.{key}"), block=str(name).strip().lower())
 
 
 def _fan_and_pcie(f: Fields, e: Mapping[str, Any], where: str, s: GpuSample) -> None:
@@ -276,3 +312,7 @@ def _fan_and_pcie(f: Fields, e: Mapping[str, Any], where: str, s: GpuSample) -> 
     s.add(PCIE_LINK_WIDTH, f.num(pcie.get("width"), f"{where}.pcie.width"))
     rate = f.with_unit(pcie.get("speed"), f"{where}.pcie.speed", "gt/s", "GT/s")
     s.add(PCIE_LINK_GENERATION, None if rate is None else pcie_generation(rate))
+    if "replay_count" in pcie or "replay_count" not in e:
+        s.add(PCIE_REPLAYS, f.num(pcie.get("replay_count"), f"{where}.pcie.replay_count"))
+    else:  # amd-smi before September 2023
+        s.add(PCIE_REPLAYS, f.num(e.get("replay_count"), f"{where}.replay_count"))

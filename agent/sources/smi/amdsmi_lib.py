@@ -16,6 +16,18 @@ be readings (``placeholders``); a call that raises
 ``AmdSmiLibraryException`` for an unsupported query is skipped, one that says the device is gone
 drops the GPU from the sample. The module is passed in (tests use a fake with the library's API
 shape).
+
+Health (docs/health.md): ``amdsmi_get_gpu_ecc_count`` per RAS block (UMC, SDMA, GFX, MMHUB,
+PCIE_BIF, HDP, XGMI_WAFL, the blocks amd-smi itself shows; ``block`` in lower case as amdgpu's sysfs
+names it), ``amdsmi_get_gpu_bad_page_info`` (a record per bad page, ``status`` RESERVED and
+UNRESERVABLE counted as retired pages ``cause=ecc``, PENDING as pending: as the sysfs backend counts
+``gpu_vram_bad_pages``' R, F and P; older libraries say ``"No bad pages found."``), and the PCIe
+replays: ``amdsmi_get_pcie_info``'s ``pcie_replay_count`` (gpu_metrics), else
+``amdsmi_get_gpu_pci_replay_counter`` (sysfs ``pcie_replay_count``). These calls are optional: one
+the library lacks is not made, one a GPU does not support (a board without RAS) is not made again
+for that GPU (by UUID, else position), and one that fails otherwise is a problem of that sample, the other
+readings kept; one that raises anything else (an API of another shape) is a problem once and not
+made again for that GPU.
 """
 
 from __future__ import annotations
@@ -33,6 +45,8 @@ from aaco.contract.telemetry import (
     CLOCK,
     CLOCK_MAX,
     DPM_LEVEL,
+    ECC_CORRECTED,
+    ECC_UNCORRECTED,
     ENERGY,
     ERRORS,
     FAN_SPEED,
@@ -42,7 +56,10 @@ from aaco.contract.telemetry import (
     MEMORY_UTILIZATION,
     PCIE_LINK_GENERATION,
     PCIE_LINK_WIDTH,
+    PCIE_REPLAYS,
     POWER,
+    RETIRED_PAGES,
+    RETIRED_PAGES_PENDING,
     TEMPERATURE,
     THROTTLE,
     THROTTLE_REASONS,
@@ -62,6 +79,12 @@ T = TypeVar("T")
 # (DRM_ERROR, IO, NOT_FOUND, DRIVER_NOT_LOADED, AMDGPU_RESTART_ERR).
 _NOT_SUPPORTED: Final = frozenset({2, 3, 40, 55})
 _DEVICE_GONE: Final = frozenset({6, 12, 31, 34, 54})
+# RAS blocks read per GPU (amd-smi metric's own list; amdsmi_get_gpu_ecc_count reads ras/<block>_err_count)
+ECC_BLOCKS: Final = ("UMC", "SDMA", "GFX", "MMHUB", "PCIE_BIF", "HDP", "XGMI_WAFL")
+# amdsmi_memory_page_status_t: RESERVED, PENDING, UNRESERVABLE
+_PAGE_RESERVED, _PAGE_PENDING, _PAGE_UNRESERVABLE = 0, 1, 2
+_NO_BAD_PAGES: Final = "no bad pages found."
+MAX_SKIPPED: Final = 8 * 1024  # calls of up to 1024 GPUs seen over the reader's life
 
 
 class DeviceGoneError(Exception):
@@ -75,6 +98,7 @@ class AmdSmiReader:
         self.lib = amdsmi
         amdsmi.amdsmi_init(amdsmi.AmdSmiInitFlags.INIT_AMD_GPUS)
         self._open = True
+        self._skip: set[tuple[str, str]] = set()  # (GPU, call) not made again: unsupported there
 
     def close(self) -> None:
         """Shut the library down (once)."""
@@ -166,12 +190,13 @@ class AmdSmiReader:
             reasons = throttle_reasons(bits)
             for reason in THROTTLE_REASONS:
                 s.add(THROTTLE, float(reasons[reason]), reason=reason)
-        self._fan_voltage_pcie(f, where, h, s)
+        link = self._fan_voltage_pcie(f, where, h, s)
+        self._health(f, where, h, s, link)
         drop_placeholders(s)
         return s
 
-    def _fan_voltage_pcie(self, f: Fields, where: str, h: Any, s: GpuSample) -> None:
-        """Fan 0, the graphics voltage, the PCIe link and the graphics and memory DPM levels."""
+    def _fan_voltage_pcie(self, f: Fields, where: str, h: Any, s: GpuSample) -> dict[str, Any]:
+        """Fan 0, the graphics voltage, the PCIe link and the graphics and memory DPM levels; the link's metrics."""
         lib = self.lib
         speed = f.num(self._q(f, where, lib.amdsmi_get_gpu_fan_speed, h, 0), f"{where}.fan_speed")
         top = f.num(self._q(f, where, lib.amdsmi_get_gpu_fan_speed_max, h, 0), f"{where}.fan_speed_max")
@@ -189,6 +214,81 @@ class AmdSmiReader:
         for name, clock in (("GFX", "graphics"), ("MEM", "memory")):
             freq = self._q(f, where, lib.amdsmi_get_clk_freq, h, lib.AmdSmiClkType[name]) or {}
             s.add(DPM_LEVEL, f.num(freq.get("current"), f"{where}.clk_freq.{name}.current"), clock=clock)
+        return link
+
+    def _optional(self, f: Fields, where: str, gpu: str, name: str, *args: Any, part: str = "") -> Any:
+        """``lib.<name>(*args)``, or None: not made when the library lacks it or ``gpu`` did not support it."""
+        fn = getattr(self.lib, name, None)
+        key = (gpu, f"{name}:{part}")
+        if fn is None or key in self._skip:
+            return None
+        try:
+            return fn(*args)
+        except self.lib.AmdSmiLibraryException as exc:
+            code = getattr(exc, "err_code", None)
+            if code in _DEVICE_GONE:
+                raise DeviceGoneError(str(exc)) from exc
+            if code in _NOT_SUPPORTED:
+                self._remember(key)
+            else:
+                f.problem(where, f"{name}: {exc}")
+        except Exception as exc:  # a library of another shape: a problem, not a crash
+            self._remember(key)
+            f.problem(where, f"{name}: {type(exc).__name__}: {exc}; not called again for this GPU")
+        return None
+
+    def _remember(self, key: tuple[str, str]) -> None:
+        if len(self._skip) >= MAX_SKIPPED:
+            self._skip.clear()
+        self._skip.add(key)
+
+    def _health(self, f: Fields, where: str, h: Any, s: GpuSample, link: dict[str, Any]) -> None:
+        """ECC counts per RAS block, bad pages (retired, pending) and PCIe replays."""
+        lib = self.lib
+        gpu = s.gpu.uuid or where
+        blocks = getattr(lib, "AmdSmiGpuBlock", None)
+        for name in ECC_BLOCKS if blocks is not None and hasattr(lib, "amdsmi_get_gpu_ecc_count") else ():
+            if name not in blocks.__members__:
+                continue
+            ecc = self._optional(f, where, gpu, "amdsmi_get_gpu_ecc_count", h, blocks[name], part=name) or {}
+            path = f"{where}.ecc_count.{name}"
+            if not isinstance(ecc, dict):
+                f.problem(path, f"expected a dict of counts, got {type(ecc).__name__}")
+                continue
+            block = name.lower()
+            s.add(ECC_CORRECTED, f.num(ecc.get("correctable_count"), f"{path}.correctable_count"), block=block)
+            s.add(ECC_UNCORRECTED, f.num(ecc.get("uncorrectable_count"), f"{path}.uncorrectable_count"), block=block)
+        pages = self._optional(f, where, gpu, "amdsmi_get_gpu_bad_page_info", h)
+        if pages is not None:
+            _bad_pages(f, f"{where}.bad_page_info", pages, s)
+        replays = f.num(link.get("pcie_replay_count"), f"{where}.pcie_metric.pcie_replay_count")
+        if replays is None:
+            counter = self._optional(f, where, gpu, "amdsmi_get_gpu_pci_replay_counter", h)
+            replays = f.num(counter, f"{where}.pci_replay_counter")
+        s.add(PCIE_REPLAYS, replays)
+
+
+def _bad_pages(f: Fields, path: str, pages: Any, s: GpuSample) -> None:
+    """Retired (reserved or unreservable) and pending pages of ``amdsmi_get_gpu_bad_page_info``'s records."""
+    if isinstance(pages, str) and pages.strip().lower() == _NO_BAD_PAGES:
+        pages = []
+    if not isinstance(pages, list):
+        f.problem(path, f"expected a list of page records, got {type(pages).__name__}")
+        return
+    retired = pending = 0
+    for i, page in enumerate(pages):
+        status = page.get("status") if isinstance(page, dict) else None
+        if isinstance(status, bool) or not isinstance(status, int):
+            f.problem(f"{path}[{i}]", f"expected a record with an integer status, got {page!r:.60}")
+            continue
+        if status == _PAGE_PENDING:
+            pending += 1
+        elif status in (_PAGE_RESERVED, _PAGE_UNRESERVABLE):
+            retired += 1
+        else:
+            f.problem(f"{path}[{i}].status", f"not a page status: {status}")
+    s.add(RETIRED_PAGES, float(retired), cause="ecc")
+    s.add(RETIRED_PAGES_PENDING, float(pending))
 
 
 def _pct(f: Fields, value: Any, path: str) -> float | None:

@@ -52,6 +52,7 @@ ROCM_SMI_ARGS: Final = (
     "--showid",
     "--showfan",
     "--showvoltage",
+    "--showreplaycount",
     "--json",
 )
 IDENTITY_REFRESH_S: Final = 60.0

@@ -1,10 +1,14 @@
 """``rocm-smi --json``: one object per ``cardN``, string values, units inside the key names.
 
 Run as ``rocm-smi --showtemp --showpower --showclocks --showuse --showmemuse --showmeminfo vram
---showproductname --showbus --showuniqueid --showid --showfan --showvoltage --showmaxpower --json``
-(``Max Graphics Package Power`` is the power cap). Key spellings vary between ROCm versions
-(``Average Graphics Package Power (W)`` up to 6.0, ``Current Socket Graphics Package Power (W)``
-on 6.1+; ``Card series`` / ``Card Series``), so keys are matched case-insensitively by pattern.
+--showproductname --showbus --showuniqueid --showid --showfan --showvoltage --showmaxpower
+--showreplaycount --json`` (``Max Graphics Package Power`` is the power cap; ``PCIe Replay Count``,
+the GPU's PCIe replays since the driver loaded, is ``aaco.gpu.pcie.replays``: docs/health.md).
+rocm-smi's RAS counts (``--showrasinfo``) print as a table, not as keys, and its bad pages need
+``--showretiredpages``: neither is read (the sysfs and amdsmi library backends read both). Key
+spellings vary between ROCm versions (``Average Graphics Package Power (W)`` up to 6.0, ``Current
+Socket Graphics Package Power (W)`` on 6.1+; ``Card series`` / ``Card Series``), so keys are matched
+case-insensitively by pattern.
 The DPM level lists leak into the JSON as stray numeric keys (``"0": "16.0GT/s x16 *"``): they are
 ignored, as are the non-card sections (``system``). ``sclk`` is the graphics clock, ``mclk`` memory,
 ``fclk`` the data fabric; the junction sensor is the hotspot. ``"N/A (Secondary die)"`` (6.0) is "N/A".
@@ -39,6 +43,7 @@ from aaco.contract.telemetry import (
     MEMORY_UTILIZATION,
     PCIE_LINK_GENERATION,
     PCIE_LINK_WIDTH,
+    PCIE_REPLAYS,
     POWER,
     POWER_LIMIT,
     TEMPERATURE,
@@ -104,6 +109,7 @@ _KEYED: Final[tuple[tuple[str, tuple[str, ...], float, dict[str, str]], ...]] = 
     (FAN_SPEED_RATIO, ("fan speed (level)",), 255, _FAN),
     (FAN_SPEED, ("fan rpm",), 1, _FAN),
     (VOLTAGE, ("voltage (mv)",), 1000, {"sensor": "graphics"}),
+    (PCIE_REPLAYS, ("pcie replay count",), 1, {}),
 )
 
 

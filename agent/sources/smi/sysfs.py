@@ -11,7 +11,9 @@ GPU (``vendor`` 0x1002, or the ``driver`` link names amdgpu):
 - ``hwmon/hwmonM/*``: power, power cap, temperatures, fans, voltages (``sysfs_hwmon``);
 - ``current_link_speed`` (``8.0 GT/s PCIe``) / ``current_link_width`` -> the PCIe link's generation
   and width (the GPU's own link: behind the board's internal switch on some dGPUs);
-- ``ras/*_err_count`` (``ue: N`` / ``ce: N``) -> ECC error counts;
+- ``ras/<block>_err_count`` (``ue: N`` / ``ce: N``) -> ECC error counts per RAS block and summed,
+  ``ras/gpu_vram_bad_pages`` -> retired and pending pages, ``pcie_replay_count`` -> PCIe replays
+  (``sysfs_health``);
 - ``gpu_metrics`` -> throttle reasons where its layout is known (``gpu_metrics``).
 
 The model is ``product_name``, else the marketing name of ``device`` / ``revision`` in libdrm's
@@ -47,6 +49,7 @@ from aaco.agent.sources.smi.amdgpu_ids import marketing_name
 from aaco.agent.sources.smi.gpu_metrics import decode as decode_gpu_metrics
 from aaco.agent.sources.smi.gpu_metrics import throttle_reasons
 from aaco.agent.sources.smi.placeholders import drop_placeholders
+from aaco.agent.sources.smi.sysfs_health import PCIE_REPLAY_COUNT, ras_files, read_health
 from aaco.agent.sources.smi.sysfs_hwmon import HwmonFile, hwmon_layout, read_hwmon
 from aaco.agent.sources.smi.sysfs_tree import DeviceGoneError, Tree
 from aaco.agent.sources.smi.sysfs_tree import text as _text
@@ -55,7 +58,6 @@ from aaco.contract.telemetry import (
     CLOCK,
     CLOCK_MAX,
     DPM_LEVEL,
-    ERRORS,
     MEMORY_LIMIT,
     MEMORY_USAGE,
     MEMORY_UTILIZATION,
@@ -131,18 +133,20 @@ def read_card(tree: Tree, card: str, f: Fields) -> GpuSample:
 class CardLayout:
     """What stays the same while a card stays: who it is and which of its files hold readings.
 
-    ``hwmon`` lists, in reading order, ``(kind, path, label)`` (``sysfs_hwmon``).
+    ``hwmon`` lists, in reading order, ``(kind, path, label)`` (``sysfs_hwmon``); ``ras`` the
+    ``ras/*_err_count`` files, ``bad_pages`` the ``ras/gpu_vram_bad_pages`` file (None: absent).
     """
 
     dev: str
     identity: GpuIdentity
     hwmon: tuple[HwmonFile, ...]
     ras: tuple[str, ...]
+    bad_pages: str | None = None
 
     def files(self) -> list[str]:
-        """The files every sample reads."""
+        """The files every sample reads and may keep open (the bad pages are read to their end, opened each time)."""
         dev = self.dev
-        own = [f"{dev}/{name}" for name in _READINGS] + [f"{dev}/{name}" for name, _ in _DPM]
+        own = [f"{dev}/{name}" for name in (*_READINGS, PCIE_REPLAY_COUNT)] + [f"{dev}/{name}" for name, _ in _DPM]
         return [*own, *(path for _, path, _ in self.hwmon), *self.ras, f"{dev}/gpu_metrics"]
 
 
@@ -163,8 +167,8 @@ def card_layout(tree: Tree, card: str) -> CardLayout:
         model=model,
         vendor="amd",
     )
-    ras = tuple(f"{dev}/ras/{name}" for name in tree.listdir(f"{dev}/ras") if name.endswith("_err_count"))
-    return CardLayout(dev, identity, tuple(hwmon_layout(tree, dev)), ras)
+    ras, bad_pages = ras_files(tree, dev)
+    return CardLayout(dev, identity, tuple(hwmon_layout(tree, dev)), ras, bad_pages)
 
 
 def read_readings(tree: Tree, layout: CardLayout, f: Fields) -> GpuSample:
@@ -192,7 +196,7 @@ def read_readings(tree: Tree, layout: CardLayout, f: Fields) -> GpuSample:
             s.add(CLOCK, current, clock=clock)
         s.add(CLOCK_MAX, top, clock=clock)
         s.add(DPM_LEVEL, level, clock=clock)
-    _ras(tree, layout.ras, f, s)
+    read_health(tree, dev, layout.ras, layout.bad_pages, f, s)
     _throttle(tree, dev, f, s)
     drop_placeholders(s)
     return s
@@ -282,19 +286,6 @@ def _parse_dpm(text: str) -> tuple[float | None, float | None, float | None, tup
         if m.group(4):
             level, current = float(m.group(1)), hz
     return level, current, top, tuple(bad)
-
-
-def _ras(tree: Tree, files: tuple[str, ...], f: Fields, s: GpuSample) -> None:
-    totals: dict[str, float] = {}
-    for path in files:
-        for line in _text(tree, path).splitlines():
-            key, _, value = line.partition(":")
-            kind = {"ue": "uncorrected", "ce": "corrected"}.get(key.strip())
-            v = f.num(value.strip(), path) if kind else None
-            if kind and v is not None:
-                totals[kind] = totals.get(kind, 0.0) + v
-    for kind, total in totals.items():
-        s.add(ERRORS, total, error_type=kind)
 
 
 def _throttle(tree: Tree, dev: str, f: Fields, s: GpuSample) -> None:

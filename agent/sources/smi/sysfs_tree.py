@@ -3,6 +3,8 @@
 ``DirTree`` keeps the files read sample after sample open (sysfs regenerates an attribute on every
 read at offset 0); a read that fails with a device error (ENODEV, EIO, ...: a GPU that fell off
 the bus or is resetting) raises ``DeviceGoneError``, "not supported" errors read as no file.
+``read_all`` reads a file to its end in pieces: a binary sysfs attribute (amdgpu's
+``ras/gpu_vram_bad_pages``) answers one page of output per read.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ class Tree(Protocol):
 
     def read(self, rel: str) -> bytes | None:
         """The file's content; None when it does not exist or says "not supported"."""
+
+    def read_all(self, rel: str, limit: int) -> bytes | None:
+        """The file read to its end, at most ``limit`` + 1 bytes (more than ``limit``: cut); None as ``read``."""
 
     def listdir(self, rel: str) -> list[str]:
         """Entries of a directory (empty when it does not exist)."""
@@ -66,12 +71,9 @@ class DirTree:
         kept = rel in self._kept
         fd = self._kept.get(rel)
         if fd is None:
-            try:
-                fd = os.open(self._prefix + rel, os.O_RDONLY)
-            except OSError as exc:
-                if exc.errno in _UNAVAILABLE or exc.errno == errno.ENOTDIR:
-                    return None
-                raise DeviceGoneError(f"{rel}: {exc.strerror}") from exc
+            fd = self._open(rel)
+            if fd is None:
+                return None
             if kept:
                 self._kept[rel] = fd
         try:
@@ -80,12 +82,38 @@ class DirTree:
             if kept:
                 self._kept[rel] = None  # opened again at the next read
                 kept = False
-            if exc.errno in _UNAVAILABLE:
-                return None
-            raise DeviceGoneError(f"{rel}: {exc.strerror}") from exc
+            return _failed(rel, exc)
         finally:
             if not kept:
                 os.close(fd)
+
+    def read_all(self, rel: str, limit: int) -> bytes | None:
+        """Read a file to its end in pieces (never kept open), at most ``limit`` + 1 bytes."""
+        fd = self._open(rel)
+        if fd is None:
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            while size <= limit:
+                chunk = os.read(fd, min(65536, limit + 1 - size))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        except OSError as exc:
+            return _failed(rel, exc)
+        finally:
+            os.close(fd)
+        return b"".join(chunks)
+
+    def _open(self, rel: str) -> int | None:
+        try:
+            return os.open(self._prefix + rel, os.O_RDONLY)
+        except OSError as exc:
+            if exc.errno == errno.ENOTDIR:
+                return None
+            return _failed(rel, exc)
 
     def keep(self, rels: Iterable[str]) -> None:
         """Keep these files open once read (as many as ``max_open`` allows)."""
@@ -130,6 +158,11 @@ class ArchiveTree:
         """The archived file."""
         return self.archive.files.get(self.prefix + rel)
 
+    def read_all(self, rel: str, limit: int) -> bytes | None:
+        """The archived file, at most ``limit`` + 1 bytes."""
+        data = self.archive.files.get(self.prefix + rel)
+        return None if data is None else data[: limit + 1]
+
     def listdir(self, rel: str) -> list[str]:
         """Children of an archived directory."""
         base = (self.prefix + rel).rstrip("/") + "/"
@@ -145,6 +178,13 @@ class ArchiveTree:
 
     def forget(self, prefix: str) -> None:
         """Nothing kept open."""
+
+
+def _failed(rel: str, exc: OSError) -> None:
+    """A failed open or read: None for "not supported", ``DeviceGoneError`` for a device error."""
+    if exc.errno in _UNAVAILABLE:
+        return None
+    raise DeviceGoneError(f"{rel}: {exc.strerror}") from exc
 
 
 def text(tree: Tree, rel: str) -> str:

@@ -1,10 +1,11 @@
 """Each GPU's health verdict, live: ``aaco_gpu_health{gpu,status}`` and a finding when it changes (docs/health.md).
 
 The telemetry rows of every sample are folded, per node and GPU, into a ``contract.health.HealthJudge``
-(the rules and thresholds ``aaco health`` uses). The verdict is taken at the newest sample's time.
-When a GPU's status changes the analyzer emits a finding with the reasons; the trace ID of the last
-kernel seen on that GPU goes with it, so the job that was running links to the event.
-Bounded: ``max_gpus`` GPUs (the least recently seen forgotten first).
+(the rules and thresholds ``aaco health`` uses), the ``xid`` source's rows as the GPU's XIDs. The
+verdict is taken at the newest sample's time. When a GPU's status changes the analyzer emits a
+finding with the reasons; the trace ID of the last kernel seen on that GPU goes with it, so the job
+that was running links to the event. Bounded: ``max_gpus`` GPUs (the least recently seen forgotten
+first).
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ import pyarrow as pa
 from pydantic import Field, PositiveInt
 
 from aaco.analyzers.base import AgentHints, Analyzer
-from aaco.contract.health import STATUSES, GpuHealth, HealthJudge, HealthThresholds
+from aaco.contract.health import STATUSES, GpuHealth, HealthJudge, HealthThresholds, XidSeen
 from aaco.contract.schemas import EventBatch
 from aaco.contract.signals import MetricPoint, PointBuilder, define
 from aaco.contract.snapshot import Finding
-from aaco.contract.telemetry import SERIES_ATTRIBUTE, GpuIdentity, GpuSample, Reading
+from aaco.contract.telemetry import ATTR_XID_LAST, SERIES_ATTRIBUTE, XID_ERRORS, GpuIdentity, GpuSample, Reading
+from aaco.contract.xid import lookup
 
 HEALTH = define(
     "aaco.gpu.health",
@@ -96,8 +98,12 @@ class HealthAnalyzer(Analyzer):
         cols = {c: item.batch.column(c).to_pylist() for c in ("ts_ns", "node", "device", "metric", "value", "gpu_uuid")}
         attrs = item.batch.column("attributes").to_pylist()
         samples: dict[tuple[str, str, int], GpuSample] = {}
+        xids: list[tuple[str, str, int, XidSeen]] = []
         for i, metric in enumerate(cols["metric"]):
             node, gpu, ts = cols["node"][i], cols["device"][i], cols["ts_ns"][i]
+            if metric == XID_ERRORS:
+                xids.append((node, gpu, ts, _xid(dict(attrs[i] or ()), cols["value"][i])))
+                continue
             s = samples.get((node, gpu, ts))
             if s is None:
                 s = samples[(node, gpu, ts)] = GpuSample(GpuIdentity(gpu, uuid=cols["gpu_uuid"][i] or ""))
@@ -109,6 +115,11 @@ class HealthAnalyzer(Analyzer):
             judge = self._judge(node, gpu, ts)
             if judge is not None:
                 judge.observe(ts, sample)
+                self._newest = max(self._newest, ts)
+        for node, gpu, ts, seen in xids:
+            judge = self._judge(node, gpu, ts)
+            if judge is not None:
+                judge.xid(gpu, seen)
                 self._newest = max(self._newest, ts)
         self._findings()
 
@@ -163,6 +174,14 @@ class HealthAnalyzer(Analyzer):
     def snapshot(self) -> HealthResult:
         """Every GPU's verdict now."""
         return HealthResult(tuple(self._verdicts()))
+
+
+def _xid(attrs: dict[str, str], count: float) -> XidSeen:
+    """An XID row (the ``xid`` source's) as the judge takes it, with the catalogue's severity."""
+    code = int(attrs.get("xid", "0") or 0)
+    last = attrs.get(ATTR_XID_LAST, "")
+    x = lookup(code)
+    return XidSeen(code, x.severity, x.description, int(count), int(last) if last.isdigit() else None)
 
 
 def create(s: HealthSettings, hints: AgentHints, max_models: int) -> HealthAnalyzer:

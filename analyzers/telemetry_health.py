@@ -79,6 +79,15 @@ NVLINK_ERRORS = _health(
     "error_type",
 )
 
+XID_ERRORS = _health(
+    m.XID_ERRORS,
+    "aaco_gpu_xid_errors",
+    "counter",
+    "NVIDIA XID errors the kernel logged for a GPU, by XID, since the agent started reading the kernel log (the "
+    "kernel's ring buffer included); the catalogue's meaning and severity are in docs/health.md.",
+    "xid",
+)
+
 DEFINITIONS: Final[dict[str, MetricDef]] = {
     m.ECC_CORRECTED: ECC_CORRECTED,
     m.ECC_UNCORRECTED: ECC_UNCORRECTED,
@@ -89,4 +98,5 @@ DEFINITIONS: Final[dict[str, MetricDef]] = {
     m.ROW_REMAP_FAILURE: ROW_REMAP_FAILURE,
     m.PCIE_REPLAYS: PCIE_REPLAYS,
     m.NVLINK_ERRORS: NVLINK_ERRORS,
+    m.XID_ERRORS: XID_ERRORS,
 }

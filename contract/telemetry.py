@@ -54,6 +54,8 @@ ROW_REMAP_PENDING: Final = "aaco.gpu.memory.row_remap.pending"  # 1 while a rema
 ROW_REMAP_FAILURE: Final = "aaco.gpu.memory.row_remap.failure"  # 1 once a row could not be remapped
 PCIE_REPLAYS: Final = "aaco.gpu.pcie.replays"  # PCIe link replays (retransmissions) since the driver loaded
 NVLINK_ERRORS: Final = "aaco.gpu.nvlink.errors"  # attribute error.type: crc_flit | crc_data | replay | recovery
+XID_ERRORS: Final = "aaco.gpu.xid.errors"  # attribute xid: NVIDIA XID errors the kernel logged (docs/health.md)
+ATTR_XID_LAST: Final = "aaco.xid.last_ns"  # on XID rows: the last one's time (epoch ns), "" when the log had none
 
 UNITS: Final[dict[str, str]] = {
     UTILIZATION: "1",
@@ -85,6 +87,7 @@ UNITS: Final[dict[str, str]] = {
     ROW_REMAP_FAILURE: "1",
     PCIE_REPLAYS: "{replay}",
     NVLINK_ERRORS: "{error}",
+    XID_ERRORS: "{error}",
 }
 
 # The attribute that distinguishes series of one metric on one GPU.
@@ -103,6 +106,7 @@ SERIES_ATTRIBUTE: Final[dict[str, str]] = {
     RETIRED_PAGES: "cause",
     REMAPPED_ROWS: "cause",
     NVLINK_ERRORS: "error.type",
+    XID_ERRORS: "xid",
 }
 
 THROTTLE_REASONS: Final = ("power", "thermal", "current", "other")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aaco.agent.sources import capture, replay, smi, trace_dir
+from aaco.agent.sources import capture, replay, smi, trace_dir, xid
 from aaco.agent.sources.base import Source
 from aaco.agent.sources.ort import llm_source
 from aaco.agent.sources.ort import source as ort
@@ -18,3 +18,4 @@ SOURCES.register("replay", replay.ReplaySourceConfig, replay.create)
 SOURCES.register("sched", sched.SchedSourceConfig, sched.create)
 SOURCES.register("smi", smi.SmiSourceConfig, smi.create)
 SOURCES.register("trace_dir", trace_dir.TraceDirConfig, trace_dir.create)
+SOURCES.register("xid", xid.XidSourceConfig, xid.create)

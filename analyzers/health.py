@@ -121,7 +121,7 @@ class HealthAnalyzer(Analyzer):
             if judge is not None:
                 judge.xid(gpu, seen)
                 self._newest = max(self._newest, ts)
-        self._findings()
+        self._report_changes()
 
     def _judge(self, node: str, gpu: str, ts: int) -> HealthJudge | None:
         key = (node, gpu)
@@ -150,7 +150,7 @@ class HealthAnalyzer(Analyzer):
     def _verdicts(self) -> list[tuple[str, GpuHealth]]:
         return [(node, v) for node, judge in sorted(self._judges.items()) for v in judge.verdicts(self._newest)]
 
-    def _findings(self) -> None:
+    def _report_changes(self) -> None:
         for node, v in self._verdicts():
             before = self._status.get((node, v.gpu))
             self._status[(node, v.gpu)] = v.status

@@ -101,6 +101,11 @@ SOURCE_CASES: dict[str, Callable[[Path], dict[str, Any]]] = {
         "kubelet_socket": None,
     },
     "trace_dir": lambda tmp: {"path": str(tmp / "traces"), "poll_interval_s": 0.1, "settle_s": 0.1},
+    "xid": lambda tmp: {  # a real kernel log with an XID 79, followed
+        "path": str(ROOT / "tests" / "data" / "kernel-log" / "gpud-sxid-readme-xid79.log"),
+        "interval_s": 0.2,
+        "sysfs_root": str(tmp),
+    },
 }
 SLEEPER: list[int] = []  # the capture source's target: a process of this test's own
 

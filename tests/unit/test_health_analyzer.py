@@ -54,3 +54,11 @@ def test_the_thresholds_are_the_analyzers_configuration():
     a = HealthAnalyzer(cfg.health)
     a.update(telemetry(1, sample("0", **{**CLEAN, "retired_pages": {"single_bit": 10}})))
     assert statuses(a) == {"0": "unhealthy"}
+
+
+def test_findings_queue_across_updates_until_drained():
+    a = HealthAnalyzer()
+    a.update(telemetry(1, sample("0", **{**CLEAN, "row_remap_pending": 1})))
+    a.update(telemetry(2, sample("0", **{**CLEAN, "row_remap_failure": 1})))
+    a.update(telemetry(3, sample("0", **CLEAN)))
+    assert [f.severity for f in a.drain_findings()] == ["warning", "critical", "info"]

@@ -28,6 +28,7 @@ from pydantic import Field, PositiveFloat, PositiveInt
 
 from aaco.analyzers.base import AgentHints, Analyzer
 from aaco.analyzers.layout import LayoutCache
+from aaco.analyzers.telemetry_activity import DEFINITIONS as ACTIVITY_DEFINITIONS
 from aaco.analyzers.telemetry_compat import compat_points
 from aaco.analyzers.telemetry_health import DEFINITIONS as HEALTH_DEFINITIONS
 from aaco.analyzers.telemetry_series import BASE_LABELS, Series
@@ -168,6 +169,7 @@ DEFINITIONS: Final[dict[str, MetricDef]] = {
     m.PCIE_LINK_GENERATION: PCIE_LINK_GENERATION,
     m.PCIE_LINK_WIDTH: PCIE_LINK_WIDTH,
     **HEALTH_DEFINITIONS,
+    **ACTIVITY_DEFINITIONS,
 }
 
 

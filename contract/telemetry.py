@@ -55,6 +55,17 @@ ROW_REMAP_FAILURE: Final = "aaco.gpu.memory.row_remap.failure"  # 1 once a row c
 PCIE_REPLAYS: Final = "aaco.gpu.pcie.replays"  # PCIe link replays (retransmissions) since the driver loaded
 NVLINK_ERRORS: Final = "aaco.gpu.nvlink.errors"  # attribute error.type: crc_flit | crc_data | replay | recovery
 XID_ERRORS: Final = "aaco.gpu.xid.errors"  # attribute xid: NVIDIA XID errors the kernel logged (docs/health.md)
+# Activity counters (docs/health.md, "Activity"): shares of the sample's interval, 0..1, from profiling
+# counters (NVML GPM on Hopper and later, amdsmi's activity) rather than "a kernel ran" utilisation
+SM_ACTIVE: Final = "aaco.gpu.sm.active"  # share of SM cycles with at least one warp resident (DCGM SM_ACTIVE)
+SM_OCCUPANCY: Final = "aaco.gpu.sm.occupancy"  # resident warps over the SMs' maximum (DCGM SM_OCCUPANCY)
+GRAPHICS_ACTIVE: Final = "aaco.gpu.graphics.active"  # the graphics/compute engine busy (GR_ENGINE_ACTIVE, AMD GFX)
+TENSOR_ACTIVE: Final = "aaco.gpu.tensor.active"  # tensor cores (NVIDIA) or matrix cores (AMD MFMA) busy
+DRAM_ACTIVE: Final = "aaco.gpu.dram.active"  # device memory interface busy (DCGM DRAM_ACTIVE, AMD UMC)
+MEDIA_ACTIVE: Final = "aaco.gpu.media.active"  # video encode/decode engines busy (AMD MM, NVIDIA NVDEC/NVENC)
+PCIE_THROUGHPUT: Final = "aaco.gpu.pcie.throughput"  # bytes per second; attribute direction: transmit | receive
+NVLINK_THROUGHPUT: Final = "aaco.gpu.nvlink.throughput"  # bytes per second over all links; attribute direction
+COUNTERS_PAUSED: Final = "aaco.gpu.counters.paused"  # 1 while activity sampling is paused; attribute reason
 ATTR_XID_LAST: Final = "aaco.xid.last_ns"  # on XID rows: the last one's time (epoch ns), "" when the log had none
 
 UNITS: Final[dict[str, str]] = {
@@ -88,6 +99,15 @@ UNITS: Final[dict[str, str]] = {
     PCIE_REPLAYS: "{replay}",
     NVLINK_ERRORS: "{error}",
     XID_ERRORS: "{error}",
+    SM_ACTIVE: "1",
+    SM_OCCUPANCY: "1",
+    GRAPHICS_ACTIVE: "1",
+    TENSOR_ACTIVE: "1",
+    DRAM_ACTIVE: "1",
+    MEDIA_ACTIVE: "1",
+    PCIE_THROUGHPUT: "By/s",
+    NVLINK_THROUGHPUT: "By/s",
+    COUNTERS_PAUSED: "1",
 }
 
 # The attribute that distinguishes series of one metric on one GPU.
@@ -107,6 +127,9 @@ SERIES_ATTRIBUTE: Final[dict[str, str]] = {
     REMAPPED_ROWS: "cause",
     NVLINK_ERRORS: "error.type",
     XID_ERRORS: "xid",
+    PCIE_THROUGHPUT: "direction",
+    NVLINK_THROUGHPUT: "direction",
+    COUNTERS_PAUSED: "reason",
 }
 
 THROTTLE_REASONS: Final = ("power", "thermal", "current", "other")

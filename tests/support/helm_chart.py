@@ -119,8 +119,14 @@ class Rendered:
 
     @property
     def daemonset(self) -> dict[str, Any]:
-        """The agent DaemonSet."""
-        return self.one("DaemonSet")
+        """The agent DaemonSet (its pods' component is agent; nodeProblemDetector adds another)."""
+        found = [
+            d
+            for d in self.all("DaemonSet")
+            if d["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component") == "agent"
+        ]
+        assert len(found) == 1, f"expected one agent DaemonSet, found {[d['metadata']['name'] for d in found]}"
+        return found[0]
 
     @property
     def pod(self) -> dict[str, Any]:

@@ -344,3 +344,53 @@ kubelet makes them 0440, group-owned by it).
 {{- define "aaco.fsGroup" -}}
 {{- if ne (int .Values.runAsUser) 0 }}{{ .Values.runAsGroup }}{{ end }}
 {{- end }}
+
+{{/*
+Node Problem Detector running `aaco health` as a custom plugin (nodeProblemDetector.enabled): its
+resources' name (<fullname>-npd, within 63 characters), its pods' labels (another
+app.kubernetes.io/name, so that the agent's Services and DaemonSet never select them), NPD's image.
+*/}}
+{{- define "aaco.npd.fullname" -}}
+{{- printf "%s-npd" (include "aaco.fullname" . | trunc 59 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "aaco.npd.selectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-node-problem-detector" (include "aaco.name" . | trunc 40 | trimSuffix "-") }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "aaco.npd.image" -}}
+{{- $image := .Values.nodeProblemDetector.image }}
+{{- if $image.digest }}
+{{- printf "%s@%s" $image.repository $image.digest }}
+{{- else }}
+{{- printf "%s:%s" $image.repository $image.tag }}
+{{- end }}
+{{- end }}
+
+{{/*
+Where the plugin's files are mounted in the NPD container, and where the node's kernel log is.
+*/}}
+{{- define "aaco.npd.configDir" -}}
+/etc/aaco/npd
+{{- end }}
+
+{{- define "aaco.npd.kernelLogDir" -}}
+/host/kernel-log
+{{- end }}
+
+{{/*
+The `aaco health` command line of the plugin script: the node's sysfs as the agent mounts it, the
+thresholds of the agent's config (analyzers.health), the kernel log when one is given.
+*/}}
+{{- define "aaco.npd.healthArgs" -}}
+{{- $args := list "health" }}
+{{- if .Values.host.sys.enabled }}
+{{- $args = concat $args (list "--sysfs-root" .Values.host.sys.mountPath) }}
+{{- end }}
+{{- $args = concat $args (list "--config" (printf "%s/health.yaml" (include "aaco.npd.configDir" .))) }}
+{{- with .Values.nodeProblemDetector.kernelLog }}
+{{- $args = concat $args (list "--kernel-log" (printf "%s/%s" (include "aaco.npd.kernelLogDir" $) (base .))) }}
+{{- end }}
+{{- range $args }} {{ . | squote }}{{ end }}
+{{- end }}

@@ -1,6 +1,8 @@
 """The ``smi`` source: GPU telemetry of every GPU of the node, attributed to the pods that own them.
 
-Clocks, power, temperature, utilisation, memory, throttling and errors.
+Clocks, power, temperature, utilisation, memory, throttling and errors; with ``activity``, the
+activity counters (NVML GPM on Hopper and later, AMD's activity: ``nvml_gpm``, ``amd_activity``),
+paused while another profiler runs or the counters are busy (``counters_guard``).
 
 Backends (``backend``): ``amdsmi`` (the AMD SMI library), ``amd-smi`` / ``rocm-smi`` (the tools'
 JSON), ``sysfs`` (amdgpu's files), ``nvml`` (nvidia-ml-py), ``nvidia-smi`` (its XML), ``file``
@@ -26,6 +28,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_v
 from aaco.agent.sources.base import Source, SourceContext
 from aaco.agent.sources.smi.backends import Backend, BackendName, BackendOptions, open_backend
 from aaco.agent.sources.smi.calls import BackendError
+from aaco.agent.sources.smi.counters_guard import DEFAULT_PROFILERS
 from aaco.agent.sources.smi.pods import DEFAULT_SOCKET, GPU_RESOURCES, PodAttribution
 from aaco.agent.sources.smi.tracker import FixedRate, GpuTracker
 from aaco.agent.sources.smi.values import TelemetryFormatError
@@ -70,6 +73,21 @@ class SmiSourceConfig(StrictModel):
     amd_smi: str = Field("amd-smi", description="The amd-smi command (name on PATH or path).")
     rocm_smi: str = Field("rocm-smi", description="The rocm-smi command (name on PATH or path).")
     nvidia_smi: str = Field("nvidia-smi", description="The nvidia-smi command (name on PATH or path).")
+    activity: bool = Field(
+        True,
+        description="Sample the activity counters (SM, tensor, DRAM, media, PCIe and NVLink activity: NVML GPM on "
+        "Hopper and later, amdsmi and amd-smi on AMD), paused while a profiler runs or the counters are busy.",
+    )
+    activity_max_failures: PositiveInt = Field(
+        3,
+        description="Consecutive failures after which a GPU's activity counters are turned off until the agent "
+        "restarts or a reload changes this source's configuration.",
+    )
+    profilers: list[str] = Field(
+        list(DEFAULT_PROFILERS),
+        description="Programs that pause activity sampling while they run on the node; 'NAME WORD': only when "
+        "running subcommand WORD (its first argument that is not an option).",
+    )
 
     @field_validator("file", "sysfs_root", "kubelet_socket")
     @classmethod
@@ -98,6 +116,9 @@ class SmiSourceConfig(StrictModel):
             amd_smi=self.amd_smi,
             rocm_smi=self.rocm_smi,
             nvidia_smi=self.nvidia_smi,
+            activity=self.activity,
+            activity_max_failures=self.activity_max_failures,
+            profilers=tuple(self.profilers),
         )
 
 

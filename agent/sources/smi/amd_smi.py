@@ -8,6 +8,8 @@ the GPU is throttled; the ``throttle`` section's ``*_violation_status`` fields, 
 them, say why. Throttled without a stated reason reads as reason ``other``. ``fan`` gives fan
 ``0``'s speed (``usage`` %, else ``speed`` of ``max``) and ``rpm``; ``power``'s ``gfx_voltage`` /
 ``soc_voltage`` / ``mem_voltage`` the voltages; ``pcie``'s ``width`` and ``speed`` (GT/s) the link.
+``usage`` also gives the activity readings (``amd_activity``: graphics, DRAM, and the busiest of
+``mm_activity`` and the VCN engines); the ``amd-smi`` backend pauses them as ``counters_guard`` says.
 
 Health (docs/health.md): ``ecc``'s ``total_correctable_count`` / ``total_uncorrectable_count`` are
 ``hw.errors``; ``ecc_blocks`` (amd-smi 24.5, ROCm 6.1, and later: ``{"UMC": {"correctable_count",
@@ -29,6 +31,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+from aaco.agent.sources.smi.amd_activity import tool_activity
 from aaco.agent.sources.smi.amdgpu_ids import model_name
 from aaco.agent.sources.smi.placeholders import drop_placeholders
 from aaco.agent.sources.smi.values import Fields, TelemetryFormatError, missing, pcie_generation
@@ -191,6 +194,7 @@ def _usage(f: Fields, e: Mapping[str, Any], where: str, s: GpuSample) -> None:
     usage = f.section(e, "usage", where)
     s.add(UTILIZATION, f.with_unit(usage.get("gfx_activity"), f"{where}.usage.gfx_activity", "ratio", "%"))
     s.add(MEMORY_UTILIZATION, f.with_unit(usage.get("umc_activity"), f"{where}.usage.umc_activity", "ratio", "%"))
+    tool_activity(f, usage, where, s)
 
 
 def _power(f: Fields, e: Mapping[str, Any], where: str, s: GpuSample) -> None:

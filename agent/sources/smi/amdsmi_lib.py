@@ -17,6 +17,14 @@ be readings (``placeholders``); a call that raises
 drops the GPU from the sample. The module is passed in (tests use a fake with the library's API
 shape).
 
+Activity (docs/health.md, "Activity"; with a ``counters_guard``): ``amdsmi_get_gpu_activity``'s
+``gfx_activity`` as ``aaco.gpu.graphics.active``, ``umc_activity`` as ``aaco.gpu.dram.active`` and
+the busiest of ``mm_activity`` and the VCN engines (``amdsmi_get_gpu_metrics_info``'s
+``vcn_activity``, ``xcp_stats.vcn_busy``) as ``aaco.gpu.media.active``, percentages as ratios
+(``amd_activity``). The activity call also gives the utilisation, so it is made while paused; only
+its activity readings are withheld. A call answering ``AMDSMI_STATUS_BUSY`` or ``RETRY`` pauses
+the sample as busy (no problem reported); other failures count towards turning them off.
+
 Health (docs/health.md): ``amdsmi_get_gpu_ecc_count`` per RAS block (UMC, SDMA, GFX, MMHUB,
 PCIE_BIF, HDP, XGMI_WAFL, the blocks amd-smi itself shows; ``block`` in lower case as amdgpu's sysfs
 names it), ``amdsmi_get_gpu_bad_page_info`` (a record per bad page, ``status`` RESERVED and
@@ -37,7 +45,9 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Final, TypeVar
 
+from aaco.agent.sources.smi.amd_activity import library_activity
 from aaco.agent.sources.smi.amdgpu_ids import model_name
+from aaco.agent.sources.smi.counters_guard import CountersGuard
 from aaco.agent.sources.smi.gpu_metrics import throttle_reasons
 from aaco.agent.sources.smi.placeholders import drop_placeholders
 from aaco.agent.sources.smi.values import Fields, pcie_generation
@@ -79,6 +89,7 @@ T = TypeVar("T")
 # (DRM_ERROR, IO, NOT_FOUND, DRIVER_NOT_LOADED, AMDGPU_RESTART_ERR).
 _NOT_SUPPORTED: Final = frozenset({2, 3, 40, 55})
 _DEVICE_GONE: Final = frozenset({6, 12, 31, 34, 54})
+_BUSY: Final = frozenset({9, 30})  # AMDSMI_STATUS_RETRY, AMDSMI_STATUS_BUSY
 # RAS blocks read per GPU (amd-smi metric's own list; amdsmi_get_gpu_ecc_count reads ras/<block>_err_count)
 ECC_BLOCKS: Final = ("UMC", "SDMA", "GFX", "MMHUB", "PCIE_BIF", "HDP", "XGMI_WAFL")
 # amdsmi_memory_page_status_t: RESERVED, PENDING, UNRESERVABLE
@@ -94,8 +105,9 @@ class DeviceGoneError(Exception):
 class AmdSmiReader:
     """Samples every GPU the AMD SMI library sees."""
 
-    def __init__(self, amdsmi: ModuleType) -> None:
+    def __init__(self, amdsmi: ModuleType, guard: CountersGuard | None = None) -> None:
         self.lib = amdsmi
+        self.guard = guard  # activity counters: None, not read
         amdsmi.amdsmi_init(amdsmi.AmdSmiInitFlags.INIT_AMD_GPUS)
         self._open = True
         self._skip: set[tuple[str, str]] = set()  # (GPU, call) not made again: unsupported there
@@ -122,6 +134,8 @@ class AmdSmiReader:
         """One sample of every GPU."""
         f = Fields("amdsmi")
         snap = Snapshot(FORMAT)
+        if self.guard is not None:
+            self.guard.start_sample()
         for i, h in enumerate(self.lib.amdsmi_get_processor_handles()):
             where = f"gpu[{i}]"
             try:
@@ -143,7 +157,8 @@ class AmdSmiReader:
                 vendor="amd",
             )
         )
-        activity = self._q(f, where, lib.amdsmi_get_gpu_activity, h) or {}
+        answer = self._activity(f, where, s.gpu.uuid or where, h)
+        activity = answer or {}
         s.add(UTILIZATION, _pct(f, activity.get("gfx_activity"), f"{where}.gfx_activity"))
         s.add(MEMORY_UTILIZATION, _pct(f, activity.get("umc_activity"), f"{where}.umc_activity"))
         power = self._q(f, where, lib.amdsmi_get_power_info, h) or {}
@@ -192,8 +207,32 @@ class AmdSmiReader:
                 s.add(THROTTLE, float(reasons[reason]), reason=reason)
         link = self._fan_voltage_pcie(f, where, h, s)
         self._health(f, where, h, s, link)
+        if self.guard is not None and answer is not None:
+            library_activity(f, where, activity, metrics, s)
+            self.guard.publish(s.gpu.uuid or where, s)
         drop_placeholders(s)
         return s
+
+    def _activity(self, f: Fields, where: str, gpu: str, h: Any) -> dict[str, Any] | None:
+        """``amdsmi_get_gpu_activity``; None where the GPU does not have it, ``{}`` when it failed."""
+        try:
+            got = self.lib.amdsmi_get_gpu_activity(h)
+        except self.lib.AmdSmiLibraryException as exc:
+            code = getattr(exc, "err_code", None)
+            if code in _DEVICE_GONE:
+                raise DeviceGoneError(str(exc)) from exc
+            if code in _NOT_SUPPORTED:
+                return None
+            if self.guard is not None and code in _BUSY:
+                self.guard.busy(gpu)
+                return {}
+            f.problem(where, f"amdsmi_get_gpu_activity: {exc}")
+            if self.guard is not None:
+                self.guard.failed(gpu, f"amdsmi_get_gpu_activity: {exc}")
+            return {}
+        if self.guard is not None:
+            self.guard.succeeded(gpu)
+        return got if isinstance(got, dict) else {}
 
     def _fan_voltage_pcie(self, f: Fields, where: str, h: Any, s: GpuSample) -> dict[str, Any]:
         """Fan 0, the graphics voltage, the PCIe link and the graphics and memory DPM levels; the link's metrics."""

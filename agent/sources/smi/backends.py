@@ -5,6 +5,10 @@ then sysfs (in-process, no tool needed; most readings), then the ``amd-smi`` and
 tools (complete, but a process per sample); for NVIDIA, NVML, then ``nvidia-smi``. A library or
 tool counts as present when it answers one sample. Every call runs under ``timeout_s``
 (``calls``): a tool is killed, an in-process call abandoned.
+
+With ``activity`` on, the NVML, AMD SMI and ``amd-smi`` backends also give the activity counters,
+each behind one ``counters_guard.CountersGuard`` (``profilers``, ``activity_max_failures``,
+``proc_root``); off (the default here; the ``smi`` source turns it on), they give none.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from aaco.agent.sources.smi.amd_smi import parse_amd_smi, parse_identities
 from aaco.agent.sources.smi.amdsmi_lib import AmdSmiReader
 from aaco.agent.sources.smi.calls import BackendError, TimedCaller, run_tool
 from aaco.agent.sources.smi.capture import read_capture
+from aaco.agent.sources.smi.counters_guard import ACTIVITY_METRICS, DEFAULT_PROFILERS, CountersGuard, strip
 from aaco.agent.sources.smi.nvidia_smi import parse_nvidia_smi
 from aaco.agent.sources.smi.nvml import NvmlReader
 from aaco.agent.sources.smi.rocm_smi import parse_rocm_smi
@@ -72,6 +77,16 @@ class BackendOptions:
     rocm_smi: str = "rocm-smi"
     nvidia_smi: str = "nvidia-smi"
     modules: Mapping[str, ModuleType] = field(default_factory=dict)
+    activity: bool = False
+    activity_max_failures: int = 3
+    profilers: tuple[str, ...] = DEFAULT_PROFILERS
+    proc_root: Path = Path("/proc")
+
+    def counters_guard(self) -> CountersGuard | None:
+        """The back-off of a backend's activity counters; None with ``activity`` off."""
+        if not self.activity:
+            return None
+        return CountersGuard(self.profilers, max_failures=self.activity_max_failures, proc_root=self.proc_root)
 
 
 class Backend(ABC):
@@ -146,9 +161,10 @@ class ToolBackend(Backend):
 class AmdSmiToolBackend(ToolBackend):
     """``amd-smi metric --json``; identities from ``amd-smi list`` / ``static --asic``, refreshed when GPUs change."""
 
-    def __init__(self, tool: str, timeout_s: float) -> None:
+    def __init__(self, tool: str, timeout_s: float, guard: CountersGuard | None = None) -> None:
         super().__init__("amd-smi", [tool, "metric", "--json"], self._parse, timeout_s)
         self.tool = tool
+        self.guard = guard
         self.identities: dict[str, GpuIdentity] = {}
         self._identified_at = -1e18
 
@@ -172,6 +188,13 @@ class AmdSmiToolBackend(ToolBackend):
         if unknown and time.monotonic() - self._identified_at > IDENTITY_REFRESH_S:
             self._refresh_identities()
             snap = parse_amd_smi(doc, subject, self.identities)
+        if self.guard is not None:
+            self.guard.start_sample()
+        for s in snap.gpus:
+            if self.guard is None:
+                strip(s)
+            elif any(r.metric in ACTIVITY_METRICS for r in s.readings):  # a GPU without them: no series
+                self.guard.publish(s.gpu.uuid or s.gpu.index, s)
         return snap
 
 
@@ -197,7 +220,7 @@ class LibraryBackend(Backend):
 
         def open_reader() -> NvmlReader | AmdSmiReader:
             mod = opts.modules.get(module) or importlib.import_module(module)
-            return reader_class(mod)
+            return reader_class(mod, opts.counters_guard())
 
         try:
             self.reader = self._caller.call(open_reader, opts.timeout_s)
@@ -263,7 +286,7 @@ def _open(name: str, opts: BackendOptions) -> Backend:
     if path is None:
         raise BackendError(f"{tool} not found on PATH", subject=name, reason="missing")
     if name == "amd-smi":
-        return AmdSmiToolBackend(path, opts.timeout_s)
+        return AmdSmiToolBackend(path, opts.timeout_s, opts.counters_guard())
     if name == "rocm-smi":
         return ToolBackend(name, [path, *ROCM_SMI_ARGS], _json(parse_rocm_smi), opts.timeout_s)
     return ToolBackend(name, [path, "-q", "-x"], parse_nvidia_smi, opts.timeout_s)

@@ -5,7 +5,8 @@ energy (mJ), core
 temperature (reported as sensor ``edge``, see ``nvidia_smi``), graphics/SM/memory/video clocks and
 their maxima (MHz), clock event ("throttle") reasons, aggregate ECC counts, the performance state
 (P0..P15), the PCIe link's current generation and width, the health readings every tenth sample
-(``nvml_health``), and each fan's speed (% of its full
+(``nvml_health``), the activity counters of GPM on Hopper and later (``nvml_gpm``; with a
+``counters_guard``), and each fan's speed (% of its full
 speed, ``nvmlDeviceGetFanSpeed_v2`` per fan of ``nvmlDeviceGetNumFans``, else the one of
 ``nvmlDeviceGetFanSpeed``; rpm of fan 0, the one ``nvmlDeviceGetFanSpeedRPM`` reads). Zeros that
 cannot be readings are left out (``placeholders``), on a vGPU guest
@@ -23,6 +24,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Final, TypeVar
 
+from aaco.agent.sources.smi.counters_guard import CountersGuard
+from aaco.agent.sources.smi.nvml_gpm import GpmReader, GpuLostError
 from aaco.agent.sources.smi.nvml_health import EVERY as HEALTH_EVERY
 from aaco.agent.sources.smi.nvml_health import read_health
 from aaco.agent.sources.smi.placeholders import drop_placeholders
@@ -73,10 +76,6 @@ EVENT_REASONS: Final = (
 )
 
 
-class GpuLostError(Exception):
-    """NVML says the GPU is lost."""
-
-
 def _text(v: Any) -> str:
     return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
 
@@ -84,7 +83,7 @@ def _text(v: Any) -> str:
 class NvmlReader:
     """Samples every GPU NVML sees."""
 
-    def __init__(self, nvml: ModuleType) -> None:
+    def __init__(self, nvml: ModuleType, guard: CountersGuard | None = None) -> None:
         self.nvml = nvml
         self.subject = "nvml"
         nvml.nvmlInit()
@@ -94,11 +93,14 @@ class NvmlReader:
         # as are the other facts of a board (its number of fans, its virtualization mode).
         self._fixed: dict[tuple[str, str], Any] = {}
         self._samples = 0  # health readings on the first sample and every nvml_health.EVERY-th
+        self.gpm = GpmReader(nvml, guard) if guard is not None else None  # activity counters
 
     def close(self) -> None:
         """Shut NVML down (once)."""
         if self._open:
             self._open = False
+            if self.gpm is not None:
+                self.gpm.close()
             with contextlib.suppress(Exception):  # shutting down after a driver failure: nothing left to do
                 self.nvml.nvmlShutdown()
 
@@ -121,6 +123,8 @@ class NvmlReader:
         snap = Snapshot(FORMAT)
         count = n.nvmlDeviceGetCount()
         self._samples += 1
+        if self.gpm is not None:
+            self.gpm.start_sample()
         for i in range(count):
             where = f"gpu[{i}]"
             try:
@@ -227,6 +231,8 @@ class NvmlReader:
                 h,
                 s,
             )
+        if self.gpm is not None:
+            self.gpm.read(f, where, s.gpu.uuid or where, h, s)
         get_mode = getattr(n, "nvmlDeviceGetVirtualizationMode", None)
         mode = self._once(f, where, s.gpu.uuid, "mode", get_mode, h) if get_mode is not None else None
         drop_placeholders(s, vgpu=mode == NVML_GPU_VIRTUALIZATION_MODE_VGPU)

@@ -1,7 +1,9 @@
 """Each GPU's health verdict, live: ``aaco_gpu_health{gpu,status}`` and a finding when it changes (docs/health.md).
 
 The telemetry rows of every sample are folded, per node and GPU, into a ``contract.health.HealthJudge``
-(the rules and thresholds ``aaco health`` uses), the ``xid`` source's rows as the GPU's XIDs. The
+(the rules and thresholds ``aaco health`` uses), the ``xid`` source's rows as the GPU's XIDs. A GPU
+is its PCI address where the rows carry one (so the smi and xid sources' rows of one GPU meet, and two
+sources' GPU 0 stay apart), else its source and index; it is named by its index. The
 verdict is taken at the newest sample's time. When a GPU's status changes the analyzer emits a
 finding with the reasons; the trace ID of the last kernel seen on that GPU goes with it, so the job
 that was running links to the event. Bounded: ``max_gpus`` GPUs (the least recently seen forgotten
@@ -11,7 +13,7 @@ first).
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import pyarrow as pa
@@ -22,7 +24,15 @@ from aaco.contract.health import STATUSES, GpuHealth, HealthJudge, HealthThresho
 from aaco.contract.schemas import EventBatch
 from aaco.contract.signals import MetricPoint, PointBuilder, define
 from aaco.contract.snapshot import Finding
-from aaco.contract.telemetry import ATTR_XID_LAST, SERIES_ATTRIBUTE, XID_ERRORS, GpuIdentity, GpuSample, Reading
+from aaco.contract.telemetry import (
+    ATTR_PCI,
+    ATTR_XID_LAST,
+    SERIES_ATTRIBUTE,
+    XID_ERRORS,
+    GpuIdentity,
+    GpuSample,
+    Reading,
+)
 from aaco.contract.xid import lookup
 
 HEALTH = define(
@@ -88,6 +98,7 @@ class HealthAnalyzer(Analyzer):
         self._seen: OrderedDict[tuple[str, str], int] = OrderedDict()  # (node, gpu) -> newest ts
         self._status: dict[tuple[str, str], str] = {}
         self._traces: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._names: dict[tuple[str, str], str] = {}  # (node, GPU key) -> its index (the device column)
         self._newest = 0
 
     def update(self, item: EventBatch) -> None:
@@ -95,19 +106,25 @@ class HealthAnalyzer(Analyzer):
         if item.kind == "kernels":
             self._kernels(item.batch)
             return
-        cols = {c: item.batch.column(c).to_pylist() for c in ("ts_ns", "node", "device", "metric", "value", "gpu_uuid")}
+        cols = {
+            c: item.batch.column(c).to_pylist()
+            for c in ("ts_ns", "node", "device", "metric", "value", "gpu_uuid", "source")
+        }
         attrs = item.batch.column("attributes").to_pylist()
         samples: dict[tuple[str, str, int], GpuSample] = {}
         xids: list[tuple[str, str, int, XidSeen]] = []
         for i, metric in enumerate(cols["metric"]):
-            node, gpu, ts = cols["node"][i], cols["device"][i], cols["ts_ns"][i]
+            node, device, ts = cols["node"][i], cols["device"][i], cols["ts_ns"][i]
+            a = dict(attrs[i] or ())
+            gpu = a.get(ATTR_PCI) or f"{cols['source'][i] or item.source}:{device}"  # the GPU, whoever reads it
             if metric == XID_ERRORS:
-                xids.append((node, gpu, ts, _xid(dict(attrs[i] or ()), cols["value"][i])))
+                self._names.setdefault((node, gpu), device)
+                xids.append((node, gpu, ts, _xid(a, cols["value"][i])))
                 continue
+            self._names[(node, gpu)] = device
             s = samples.get((node, gpu, ts))
             if s is None:
                 s = samples[(node, gpu, ts)] = GpuSample(GpuIdentity(gpu, uuid=cols["gpu_uuid"][i] or ""))
-            a = dict(attrs[i] or ())
             key = SERIES_ATTRIBUTE.get(metric)
             own = ((key, a[key]),) if key is not None and key in a else ()
             s.readings.append(Reading(metric, float(cols["value"][i]), own))
@@ -129,6 +146,7 @@ class HealthAnalyzer(Analyzer):
             (old_node, old_gpu), _ = self._seen.popitem(last=False)
             self._judges[old_node].forget(old_gpu)
             self._status.pop((old_node, old_gpu), None)
+            self._names.pop((old_node, old_gpu), None)
         self._seen[key] = max(ts, self._seen.pop(key, ts))
         judge = self._judges.get(node)
         if judge is None:
@@ -147,19 +165,24 @@ class HealthAnalyzer(Analyzer):
         while len(self._traces) > self.s.max_gpus:
             self._traces.popitem(last=False)
 
-    def _verdicts(self) -> list[tuple[str, GpuHealth]]:
-        return [(node, v) for node, judge in sorted(self._judges.items()) for v in judge.verdicts(self._newest)]
+    def _verdicts(self) -> list[tuple[str, str, GpuHealth]]:
+        """(node, GPU key, verdict) of every GPU, the verdict named by its index (the ``device`` its rows carry)."""
+        return [
+            (node, v.gpu, replace(v, gpu=self._names.get((node, v.gpu), v.gpu)))
+            for node, judge in sorted(self._judges.items())
+            for v in judge.verdicts(self._newest)
+        ]
 
     def _report_changes(self) -> None:
-        for node, v in self._verdicts():
-            before = self._status.get((node, v.gpu))
-            self._status[(node, v.gpu)] = v.status
+        for node, key, v in self._verdicts():
+            before = self._status.get((node, key))
+            self._status[(node, key)] = v.status
             if before == v.status or (before is None and v.status in ("healthy", "unknown")):
                 continue
             why = "; ".join(f"{r.code}: {r.detail}" for r in v.reasons) or "no problem left"
             self.emit(
                 Finding(
-                    ts_ns=self._seen.get((node, v.gpu), self._newest),
+                    ts_ns=self._seen.get((node, key), self._newest),
                     node=node,
                     analyzer=self.name,
                     subject=f"gpu {v.gpu}",
@@ -173,7 +196,7 @@ class HealthAnalyzer(Analyzer):
 
     def snapshot(self) -> HealthResult:
         """Every GPU's verdict now."""
-        return HealthResult(tuple(self._verdicts()))
+        return HealthResult(tuple((node, v) for node, _, v in self._verdicts()))
 
 
 def _xid(attrs: dict[str, str], count: float) -> XidSeen:

@@ -62,3 +62,25 @@ def test_findings_queue_across_updates_until_drained():
     a.update(telemetry(2, sample("0", **{**CLEAN, "row_remap_failure": 1})))
     a.update(telemetry(3, sample("0", **CLEAN)))
     assert [f.severity for f in a.drain_findings()] == ["warning", "critical", "info"]
+
+
+def test_a_gpu_is_its_pci_address_so_two_sources_gpu_0_stay_apart_and_xids_meet_their_gpu():
+    from dataclasses import replace
+
+    from aaco.contract.telemetry import ATTR_XID_LAST, XID_ERRORS, GpuIdentity, GpuSample, Reading
+
+    def on(pci: str, **readings) -> GpuSample:
+        s = sample("0", **readings)
+        return replace(s, gpu=GpuIdentity("0", uuid=f"GPU-{pci}", pci_bus=pci))
+
+    a = HealthAnalyzer()
+    a.update(telemetry(1, on("0000:18:00.0", **CLEAN)))  # one source's GPU 0
+    bad = to_table([on("0000:9b:00.0", **{**CLEAN, "ecc_uncorrected": {"dram": 1}})], ts_ns=S, node="n1", source="b")
+    a.update(EventBatch("telemetry", bad, "b"))  # another source's GPU 0, elsewhere on the bus
+    verdicts = {v.uuid: v.status for _, v in a.snapshot().verdicts}
+    assert verdicts == {"GPU-0000:18:00.0": "healthy", "GPU-0000:9b:00.0": "unhealthy"}
+    xid = GpuSample(GpuIdentity("0", pci_bus="0000:18:00.0"))
+    xid.readings.append(Reading(XID_ERRORS, 1.0, ((ATTR_XID_LAST, ""), ("xid", "79"))))
+    a.update(EventBatch("telemetry", to_table([xid], ts_ns=2 * S, node="n1", source="xid"), "xid"))
+    verdicts = {v.uuid: (v.gpu, v.status) for _, v in a.snapshot().verdicts}
+    assert verdicts == {"GPU-0000:18:00.0": ("0", "unhealthy"), "GPU-0000:9b:00.0": ("0", "unhealthy")}

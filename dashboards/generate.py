@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from . import agent_health, fleet, gpu_node, jobs, scheduler, serving, workload
+from . import agent_health, fleet, gpu_health, gpu_node, jobs, scheduler, serving, workload
 from .lib import TRACE_PLUGINS, Spec, build
 
 HERE: Final = Path(__file__).resolve().parent
@@ -31,6 +31,7 @@ DASHBOARDS: Final[dict[str, Callable[[str], Spec]]] = {
     "agent-health": agent_health.spec,
     "serving": serving.spec,
     "jobs": jobs.spec,
+    "gpu-health": gpu_health.spec,
 }
 
 

@@ -74,23 +74,30 @@ NO_SERIES_BECAUSE = {
     "model:aaco_drift_active:nodes": "records only models in a drifted state: none drifts in a short run",
     "aaco_gpu_energy_joules_total": "no capture of the demo has an energy counter (the amd-smi sample's 0 J "
     "while drawing 34 W is no reading, so it is absent: docs/metrics.md, GPU telemetry)",
+    # The GPU health dashboard: the demo's captures have no retired-page or row-remap counters (the A100 in MIG
+    # mode reads N/A), NVLink errors and activity counters come from NVML's and amdsmi's libraries (no GPU
+    # here), and the demo follows no kernel log. tests/integration/test_health_dashboard_live.py checks them.
+    **dict.fromkeys(
+        (
+            "aaco_gpu_memory_retired_pages_total",
+            "aaco_gpu_memory_retired_pages_pending",
+            "aaco_gpu_memory_remapped_rows_total",
+            "aaco_gpu_memory_row_remap_pending",
+            "aaco_gpu_memory_row_remap_failure",
+            "aaco_gpu_nvlink_errors_total",
+            "aaco_gpu_xid_errors_total",
+            "aaco_gpu_sm_active_ratio",
+            "aaco_gpu_sm_occupancy_ratio",
+            "aaco_gpu_tensor_active_ratio",
+            "aaco_gpu_counters_paused",
+        ),
+        "no source of the demo gives it (no retired-page or remap counters in its captures, no GPU library, no "
+        "kernel log); the GPU health dashboard is checked on real captures and a real kernel log by "
+        "tests/integration/test_health_dashboard_live.py",
+    ),
     # The impact needs iterations both inside and outside a throttling episode. The demo's amd-smi capture
     # reports throttling in every sample, so only iterations that finish before its first sample are
     # outside: on a loaded machine the telemetry can start first, and then there are none.
-    # The Training jobs dashboard: the demo's traces are of single processes, not ranks of a distributed
-    # job (no world size in their distributedInfo), so the jobs analyzer has no job to report.
-    **dict.fromkeys(
-        (
-            "aaco_job_step_seconds",
-            "aaco_job_straggler",
-            "aaco_job_time_ratio",
-            "aaco_job_comm_comp_overlap_ratio",
-            "aaco_job_collective_bus_bandwidth_bytes_per_second",
-        ),
-        "no distributed training job in the demo: its traces are single processes (no world size in their "
-        "distributedInfo); the jobs dashboard is checked on real ranks by tests/integration/test_fleet_jobs.py "
-        "and test_jobs_hta.py",
-    ),
     "aaco_throttle_latency_impact_ratio": _IMPACT,
     "aaco_throttle_latency_impact_ci_low_ratio": _IMPACT,
     "aaco_throttle_latency_impact_ci_high_ratio": _IMPACT,

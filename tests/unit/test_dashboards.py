@@ -76,6 +76,16 @@ REQUIRED = {
         "temporal breakdown",
         "critical path",
     ],
+    "gpu-health.json": [
+        "verdict",
+        "reasons",
+        "uncorrected ecc",
+        "retired pages",
+        "pcie replays",
+        "nvlink",
+        "xid",
+        "activity",
+    ],
 }
 
 
@@ -115,6 +125,7 @@ def test_the_dashboards_exist_with_unique_uids():
         "AACO / Agent health",
         "AACO / LLM serving",
         "AACO / Training jobs",
+        "AACO / GPU health",
     }
 
 

@@ -12,15 +12,17 @@ first).
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import Field, PositiveInt
 
 from aaco.analyzers.base import AgentHints, Analyzer
-from aaco.contract.health import STATUSES, GpuHealth, HealthJudge, HealthThresholds, XidSeen
+from aaco.contract.health import RULE_READINGS, STATUSES, GpuHealth, HealthJudge, HealthThresholds, XidSeen
 from aaco.contract.schemas import EventBatch
 from aaco.contract.signals import MetricPoint, PointBuilder, define
 from aaco.contract.snapshot import Finding
@@ -54,6 +56,18 @@ REASON = define(
     "gpu_lost, xid_<code>).",
     ("node", "gpu", "reason"),
 )
+
+
+@functools.cache
+def _read() -> pa.Array:
+    """The readings the analyzer folds: the rules' and the XIDs.
+
+    Built on first use: pyarrow's conversion of a list at import time would import pandas, which the
+    agent keeps out.
+    """
+    return pa.array(sorted(RULE_READINGS | {XID_ERRORS}), pa.string())
+
+
 _SEVERITY: Final = {"unhealthy": "critical", "warning": "warning", "healthy": "info", "unknown": "info"}
 
 
@@ -106,11 +120,11 @@ class HealthAnalyzer(Analyzer):
         if item.kind == "kernels":
             self._kernels(item.batch)
             return
+        b = item.batch.filter(pc.is_in(item.batch.column("metric"), _read()))  # the rules' readings only
         cols = {
-            c: item.batch.column(c).to_pylist()
-            for c in ("ts_ns", "node", "device", "metric", "value", "gpu_uuid", "source")
+            c: b.column(c).to_pylist() for c in ("ts_ns", "node", "device", "metric", "value", "gpu_uuid", "source")
         }
-        attrs = item.batch.column("attributes").to_pylist()
+        attrs = b.column("attributes").to_pylist()
         samples: dict[tuple[str, str, int], GpuSample] = {}
         xids: list[tuple[str, str, int, XidSeen]] = []
         for i, metric in enumerate(cols["metric"]):
@@ -128,17 +142,20 @@ class HealthAnalyzer(Analyzer):
             key = SERIES_ATTRIBUTE.get(metric)
             own = ((key, a[key]),) if key is not None and key in a else ()
             s.readings.append(Reading(metric, float(cols["value"][i]), own))
+        touched: set[tuple[str, str]] = set()
         for (node, gpu, ts), sample in sorted(samples.items(), key=lambda kv: kv[0][2]):
             judge = self._judge(node, gpu, ts)
             if judge is not None:
                 judge.observe(ts, sample)
                 self._newest = max(self._newest, ts)
+                touched.add((node, gpu))
         for node, gpu, ts, seen in xids:
             judge = self._judge(node, gpu, ts)
             if judge is not None:
                 judge.xid(gpu, seen)
                 self._newest = max(self._newest, ts)
-        self._report_changes()
+                touched.add((node, gpu))
+        self._report_changes(touched)
 
     def _judge(self, node: str, gpu: str, ts: int) -> HealthJudge | None:
         key = (node, gpu)
@@ -165,16 +182,19 @@ class HealthAnalyzer(Analyzer):
         while len(self._traces) > self.s.max_gpus:
             self._traces.popitem(last=False)
 
+    def _named(self, node: str, v: GpuHealth) -> tuple[str, str, GpuHealth]:
+        """(node, GPU key, verdict), the verdict named by its index (the ``device`` its rows carry)."""
+        return node, v.gpu, replace(v, gpu=self._names.get((node, v.gpu), v.gpu))
+
     def _verdicts(self) -> list[tuple[str, str, GpuHealth]]:
-        """(node, GPU key, verdict) of every GPU, the verdict named by its index (the ``device`` its rows carry)."""
         return [
-            (node, v.gpu, replace(v, gpu=self._names.get((node, v.gpu), v.gpu)))
-            for node, judge in sorted(self._judges.items())
-            for v in judge.verdicts(self._newest)
+            self._named(node, v) for node, judge in sorted(self._judges.items()) for v in judge.verdicts(self._newest)
         ]
 
-    def _report_changes(self) -> None:
-        for node, key, v in self._verdicts():
+    def _report_changes(self, touched: set[tuple[str, str]]) -> None:
+        """A finding for each GPU of this update whose status changed."""
+        changed = [self._named(node, self._judges[node].verdict(gpu, self._newest)) for node, gpu in sorted(touched)]
+        for node, key, v in changed:
             before = self._status.get((node, key))
             self._status[(node, key)] = v.status
             if before == v.status or (before is None and v.status in ("healthy", "unknown")):

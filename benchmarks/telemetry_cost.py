@@ -5,8 +5,10 @@ Eight fake amdgpu sysfs trees are built from the real Vega excerpt (examples/dat
 archive) with hwmon sensors, RAS counts and a gpu_metrics table added, so every sample reads what
 it reads on a real node. Three processes run side by side for the same wall time:
 
-- agent: ``aaco agent`` with the ``smi`` source (sysfs backend, 1 s interval) and the default
-  exporters (Prometheus endpoint, Parquet lake), scraped once at the end to check 8 GPUs are up;
+- agent: ``aaco agent`` with the ``smi`` source (sysfs backend, 1 s interval; with the health readings:
+  ECC of five RAS blocks, bad pages, PCIe replays, and the health analyzer's verdict), the ``xid``
+  source following a kernel log of real XID lines (5 s), and the default exporters (Prometheus
+  endpoint, Parquet lake), scraped once at the end to check 8 GPUs are up and judged;
 - agent without telemetry: the same agent with no source (what the agent costs before telemetry);
 - baseline: an idle Python process (``time.sleep``), the floor of any Python process.
 
@@ -34,6 +36,7 @@ from aaco.agent.sources.smi import gpu_metrics, ttar
 
 ROOT = Path(__file__).resolve().parents[1]
 ARCHIVE = ROOT / "examples" / "data" / "sysfs" / "amdgpu_card0.ttar"
+KERNEL_LOGS = ROOT / "tests" / "data" / "kernel-log"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -64,7 +67,10 @@ def fake_sysfs(root: Path, gpus: int) -> Path:
         }.items():
             (hw / name).write_text(text + "\n")
         (dev / "ras").mkdir()
-        (dev / "ras" / "umc_err_count").write_text("ue: 0\nce: 0\n")
+        for block in ("umc", "gfx", "sdma", "mmhub", "xgmi_wafl"):  # the health readings: ECC per RAS block
+            (dev / "ras" / f"{block}_err_count").write_text("ue: 0\nce: 0\n")
+        (dev / "ras" / "gpu_vram_bad_pages").write_text("0x00000001 : 0x00001000 : R\n")
+        (dev / "pcie_replay_count").write_text("0\n")
         (dev / "gpu_metrics").write_bytes(gpu_metrics.encode_v1_3(0))
     return sysfs
 
@@ -85,14 +91,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def agent_config(path: Path, sysfs: Path | None, port: int, lake: Path) -> Path:
+def agent_config(path: Path, sysfs: Path | None, port: int, lake: Path, kernel_log: Path | None = None) -> Path:
     sources = (
         f"""
   - type: smi
     backend: sysfs
     sysfs_root: {sysfs}
     interval_s: 1
-    kubelet_socket: null"""
+    kubelet_socket: null
+  - type: xid
+    path: {kernel_log}
+    interval_s: 5
+    sysfs_root: {sysfs}"""
         if sysfs
         else " []"
     )
@@ -118,10 +128,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="aaco-telemetry-cost-") as tmp:
         root = Path(tmp)
         sysfs = fake_sysfs(root, args.gpus)
+        kernel_log = root / "kern.log"  # real kernel log lines with XIDs (GPUd's, tests/data/kernel-log)
+        kernel_log.write_bytes(b"".join(p.read_bytes() for p in sorted(KERNEL_LOGS.glob("*.log"))))
         port, bare_port = free_port(), free_port()
         procs = {
             "agent": subprocess.Popen(
-                [aaco, "agent", "--config", str(agent_config(root / "a.yaml", sysfs, port, root / "lake-a"))],
+                [
+                    aaco,
+                    "agent",
+                    "--config",
+                    str(agent_config(root / "a.yaml", sysfs, port, root / "lake-a", kernel_log)),
+                ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             ),
@@ -152,6 +169,12 @@ def main() -> None:
             result["gpus_up"] = sum(
                 1 for ln in body.splitlines() if ln.startswith("aaco_gpu_up{") and ln.endswith(" 1.0")
             )
+            result["gpus_judged"] = sum(  # the health verdict ran on every GPU
+                1
+                for ln in body.splitlines()
+                if ln.startswith("aaco_gpu_health{") and ln.endswith(" 1.0") and 'status="unknown"' not in ln
+            )
+            result["xid_series"] = sum(1 for ln in body.splitlines() if ln.startswith("aaco_gpu_xid_errors_total{"))
         finally:
             for p in procs.values():
                 p.terminate()

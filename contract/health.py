@@ -47,7 +47,14 @@ from aaco.contract.telemetry import (
 Status = Literal["healthy", "warning", "unhealthy", "unknown"]
 STATUSES: Final[tuple[Status, ...]] = ("healthy", "warning", "unhealthy", "unknown")
 _RANK: Final = {"unknown": 0, "healthy": 1, "warning": 2, "unhealthy": 3}
-_HISTORY: Final = 64  # samples kept per GPU for rates
+_RATED: Final = (PCIE_REPLAYS, ECC_CORRECTED)  # the counters the rate rules read
+# every reading a rule reads (a GPU's aaco.gpu.up makes it known even when it reports none of the others)
+RULE_READINGS: Final = frozenset(
+    {ECC_UNCORRECTED, ECC_CORRECTED, RETIRED_PAGES, RETIRED_PAGES_PENDING, ROW_REMAP_PENDING, ROW_REMAP_FAILURE}
+    | {PCIE_REPLAYS, THROTTLE, UP}
+)
+_STEPS: Final = 8  # points kept per rate window: one per min_rate_window_s / 8 (a faster sample replaces the last)
+_HISTORY: Final = 4 * _STEPS  # points kept per GPU: four windows
 
 
 class HealthThresholds(StrictModel):
@@ -118,7 +125,9 @@ class GpuHealth:
 @dataclass
 class _Gpu:
     uuid: str = ""
-    samples: deque[tuple[int, dict[tuple[str, str], float]]] = field(default_factory=lambda: deque(maxlen=_HISTORY))
+    latest: dict[tuple[str, str], float] | None = None  # the newest sample's readings, (metric, attribute) -> value
+    # the rate rules' counters over time, (ts, metric -> sum over its series), one point per _STEPS of the window
+    counters: deque[tuple[int, dict[str, float]]] = field(default_factory=lambda: deque(maxlen=_HISTORY))
     xids: dict[int, XidSeen] = field(default_factory=dict)
 
 
@@ -147,9 +156,21 @@ class HealthJudge:
     def observe(self, ts_ns: int, sample: GpuSample) -> None:
         """Take in one sample of one GPU."""
         g = self._gpu(sample.gpu.index)
-        if g is not None:
-            g.uuid = sample.gpu.uuid or g.uuid
-            g.samples.append((ts_ns, _values(sample)))
+        if g is None:
+            return
+        g.uuid = sample.gpu.uuid or g.uuid
+        g.latest = _values(sample)
+        sums: dict[str, float] = {}
+        for (metric, _), value in g.latest.items():
+            if metric in _RATED:
+                sums[metric] = sums.get(metric, 0.0) + value
+        if not sums:
+            return
+        step_ns = self.t.min_rate_window_s * 1e9 / _STEPS
+        if len(g.counters) >= 2 and ts_ns - g.counters[-2][0] < step_ns:
+            g.counters[-1] = (ts_ns, sums)  # too close to the point before: the newest value replaces the last
+        else:
+            g.counters.append((ts_ns, sums))
 
     def xid(self, index: str, seen: XidSeen) -> None:
         """The XIDs of one code logged for GPU ``index`` (replaces what was known of that code)."""
@@ -165,7 +186,7 @@ class HealthJudge:
         """The GPU's backend no longer sees it."""
         g = self._gpu(index)
         if g is not None:
-            g.samples.append((ts_ns, {(UP, ""): 0.0}))
+            g.latest = {(UP, ""): 0.0}
 
     def verdicts(self, now_ns: int) -> list[GpuHealth]:
         """Every GPU's verdict, by index."""
@@ -175,16 +196,16 @@ class HealthJudge:
         """The verdict of GPU ``index`` now (``now_ns`` ages its XIDs)."""
         g = self._gpus.get(index) or _Gpu()
         reasons = [*self._latest(g), *self._rates(g), *self._xids(g, now_ns)]
-        status: Status = "healthy" if g.xids or g.samples else "unknown"
+        status: Status = "healthy" if g.xids or g.latest is not None else "unknown"
         for r in reasons:
             if _RANK[r.status] > _RANK[status]:
                 status = r.status
         return GpuHealth(index, g.uuid, status, tuple(sorted(reasons, key=lambda r: -_RANK[r.status])))
 
     def _latest(self, g: _Gpu) -> Iterable[Reason]:
-        if not g.samples:
+        v = g.latest
+        if v is None:
             return
-        _, v = g.samples[-1]
         if v.get((UP, "")) == 0.0:
             yield Reason("gpu_lost", "unhealthy", "the GPU no longer answers its telemetry backend")
             return
@@ -225,12 +246,8 @@ class HealthJudge:
                 yield Reason(code, "warning", f"{rate * per_s:.3g} {what} (limit {limit:g})")
 
     def _rate(self, g: _Gpu, metric: str) -> float | None:
-        """Per second, over the longest span of the kept samples with no counter reset, if long enough."""
-        points = [
-            (ts, sum(n for (m, _), n in v.items() if m == metric))
-            for ts, v in g.samples
-            if any(k[0] == metric for k in v)
-        ]
+        """Per second, over the longest span of the kept points with no counter reset, if long enough."""
+        points = [(ts, sums[metric]) for ts, sums in g.counters if metric in sums]
         if len(points) < 2:
             return None
         end_ts, end = points[-1]

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.support.health_captures import amd_sysfs_with_ecc
 from tests.support.nvidia_health_captures import H100, with_field
 from tests.support.terminal import run_in_terminal
 
@@ -70,6 +71,21 @@ def test_a_copy_with_a_health_fault_is_unhealthy_and_exits_1(tmp_path, aaco_bin,
     # as Node Problem Detector reads it: the first line is the message, the status the exit code
     proc = run_aaco(aaco_bin, "health", "-f", str(capture))
     assert proc.returncode == 1 and proc.stdout.splitlines()[0] == f"unhealthy: GPU 0 unhealthy ({code})"
+
+
+def test_an_amd_sysfs_copy_with_uncorrected_umc_errors_is_unhealthy_and_exits_1(tmp_path, aaco_bin):
+    """The real Vega sysfs tree with ras/umc_err_count "ue: 3" (and bad pages, replays) as amdgpu writes them."""
+    capture = amd_sysfs_with_ecc(tmp_path, ue=3, ce=7, retired=2, pending=1, replays=5)
+    rc, doc = health(aaco_bin, "-f", str(capture))
+    assert rc == 1 and doc["status"] == "unhealthy"
+    ((gpu,),) = [doc["gpus"]]
+    assert [(r["code"], r["status"]) for r in gpu["reasons"]] == [
+        ("ecc_uncorrected", "unhealthy"),
+        ("retired_pages_pending", "warning"),
+    ]
+    assert "3 uncorrected ECC error(s) in umc" in gpu["reasons"][0]["detail"]
+    rc, doc = health(aaco_bin, "-f", str(amd_sysfs_with_ecc(tmp_path, ue=0, ce=7, pending=0, name="clean.ttar")))
+    assert rc == 0 and doc["status"] == "healthy"  # corrected errors alone, once: healthy
 
 
 def test_a_pending_remap_is_a_warning_and_exits_0(tmp_path, aaco_bin):

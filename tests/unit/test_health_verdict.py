@@ -137,3 +137,12 @@ def test_bounded():
     j.forget("0")
     j.observe(0, sample("3", **CLEAN))
     assert [v.gpu for v in j.verdicts(0)] == ["1", "3"]
+
+
+def test_fast_sampling_still_measures_rates_over_a_minute_in_bounded_memory():
+    """Sampled every 0.1 s for 2 minutes (replays at 9 a minute): a rate, from a few dozen points."""
+    j = HealthJudge()
+    for i in range(1200):
+        j.observe(i * S // 10, sample(**{**CLEAN, "pcie_replays": i * 9 // 600}))
+    assert [r.code for r in j.verdict("0", 120 * S).reasons] == ["pcie_replays_rising"]
+    assert len(j._gpus["0"].counters) <= 32

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import pyarrow as pa
@@ -346,12 +346,19 @@ def _activity(result: AnalyzerResult | None, node: str, m: _Model) -> dict[str, 
 
 
 def _telemetry(result: AnalyzerResult | None, node: str, m: _Model, active: float | None) -> dict[str, float | None]:
-    """Utilisation, memory utilisation, throttle flags and clock drop of the model's GPUs."""
+    """Utilisation, memory utilisation, throttle flags and clock drop of the model's GPUs.
+
+    Where a GPU has activity counters (docs/health.md, "Activity"), ``gpu_utilization`` is its SM
+    activity (else its graphics engine's) and ``gpu_memory_utilization`` its DRAM activity: a GPU
+    "100 % utilised" by one small kernel is then seen as the idle GPU it is (the coarse figures stay on
+    /metrics as ``aaco_gpu_utilization_ratio``).
+    """
     series = getattr(result, "series", None)
     if not series or not m.devices:
         return {}
     util: dict[str, list[float]] = {}
-    mem: list[float] = []
+    mem: dict[str, list[float]] = {}
+    busy: dict[str, dict[str, float]] = {}  # gpu -> activity reading -> value
     throttle: list[float] = []
     clocks: dict[tuple[str, str, str], dict[str, float]] = {}
     for s in series:
@@ -361,26 +368,45 @@ def _telemetry(result: AnalyzerResult | None, node: str, m: _Model, active: floa
         if s.metric == tm.UTILIZATION:
             util.setdefault(gpu, []).append(s.value)
         elif s.metric == tm.MEMORY_UTILIZATION:
-            mem.append(s.value)
+            mem.setdefault(gpu, []).append(s.value)
+        elif s.metric in _ACTIVITY:
+            busy.setdefault(gpu, {})[s.metric] = s.value
         elif s.metric == tm.THROTTLE:
             throttle.append(s.value)
         elif s.metric in (tm.CLOCK, tm.CLOCK_MAX) and s.attr in CLOCK_DOMAINS:
             clocks.setdefault((s.source, gpu, s.attr), {})[s.metric] = s.value
     out: dict[str, float | None] = {}
-    if util:
-        out["gpu_utilization"] = float(np.mean([np.mean(v) for v in util.values()]))
-    if mem:
-        out["gpu_memory_utilization"] = float(np.mean(mem))
+    compute = _per_gpu(util, busy, (tm.SM_ACTIVE, tm.GRAPHICS_ACTIVE))
+    if compute:
+        out["gpu_utilization"] = float(np.mean(compute))
+    memory = _per_gpu(mem, busy, (tm.DRAM_ACTIVE,))
+    if memory:
+        out["gpu_memory_utilization"] = float(np.mean(memory))
     if throttle:
         out["throttle_active"] = float(max(throttle))
     drops = []
     for (_, gpu, _), c in clocks.items():
         if tm.CLOCK in c and c.get(tm.CLOCK_MAX, 0.0) > 0:
-            busy = np.mean(util[gpu]) if gpu in util else active
-            loaded = busy is None or busy >= UNDER_LOAD
+            loaded_by = np.mean(util[gpu]) if gpu in util else active
+            loaded = loaded_by is None or loaded_by >= UNDER_LOAD
             drops.append(max(0.0, 1.0 - c[tm.CLOCK] / c[tm.CLOCK_MAX]) if loaded else 0.0)
     if drops:
         out["clock_drop_under_load"] = float(max(drops))
+    return out
+
+
+_ACTIVITY: Final = frozenset({tm.SM_ACTIVE, tm.GRAPHICS_ACTIVE, tm.DRAM_ACTIVE})
+
+
+def _per_gpu(coarse: dict[str, list[float]], busy: dict[str, dict[str, float]], prefer: tuple[str, ...]) -> list[float]:
+    """Per GPU the first of ``prefer``'s activity readings it has, else the mean of its coarse readings."""
+    out = []
+    for gpu in sorted(coarse.keys() | busy.keys()):
+        fine = next((busy[gpu][k] for k in prefer if k in busy.get(gpu, {})), None)
+        if fine is not None:
+            out.append(fine)
+        elif gpu in coarse:
+            out.append(float(np.mean(coarse[gpu])))
     return out
 
 

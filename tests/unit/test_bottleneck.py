@@ -228,6 +228,24 @@ def test_compute_bound_and_telemetry_raises_confidence():
     assert with_tel["confidence"] == 1.0
 
 
+def test_activity_counters_show_a_100_percent_utilised_gpu_idle():
+    """The launch-bound trace's GPU reports 100 % utilisation (a kernel always ran) but its SMs were active
+    5 % of the time (GPM): the utilisation signal is the SM activity, so compute-bound gets nothing from it."""
+    sample = tm.GpuSample(tm.GpuIdentity("0", model="NVIDIA H100 80GB HBM3", vendor="nvidia"))
+    sample.add(tm.UTILIZATION, 1.0)
+    sample.add(tm.SM_ACTIVE, 0.05)
+    sample.add(tm.GRAPHICS_ACTIVE, 0.9)
+    sample.add(tm.MEMORY_UTILIZATION, 0.6)
+    sample.add(tm.DRAM_ACTIVE, 0.02)
+    tel = conform("telemetry", tm.to_table([sample], ts_ns=T0, node=NODE, source="smi"))
+    c = classify(("telemetry", tel), *launch_bound())
+    assert c["bottleneck_class"] == "launch-bound"
+    assert c["signals"]["gpu_utilization"] == pytest.approx(0.05)  # SM activity first, then the graphics engine
+    assert c["signals"]["gpu_memory_utilization"] == pytest.approx(0.02)
+    coarse = classify(("telemetry", telemetry(1.0, 1.7e9, 1.7e9)), *launch_bound())
+    assert c["scores"]["compute-bound"] < coarse["scores"]["compute-bound"]
+
+
 def test_cpu_bound():
     c = classify(*cpu_bound())
     assert c["bottleneck_class"] == "CPU-bound"

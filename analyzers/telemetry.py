@@ -11,9 +11,10 @@ are forgotten; at most ``max_series`` are kept (further ones are dropped and cou
 of metrics this analyzer does not know).
 
 Prometheus label names cannot hold dots, so OpenTelemetry's ``error.type`` is ``error_type``
-there; the other labels are ``node, gpu, gpu_uuid, model, pod, namespace, container`` (empty, so
-absent to Prometheus, when not known). With ``compat`` set on a source, its readings are also
-rendered under AMD device-metrics-exporter or dcgm-exporter names (``telemetry_compat``).
+there; the other labels are ``node, gpu, gpu_uuid, model, pod, namespace, container`` and, on a MIG
+device or an AMD partition, ``parent_uuid, gpu_instance, compute_instance`` (docs/shared-gpus.md)
+(empty, so absent to Prometheus, when not known). With ``compat`` set on a source, its readings are
+also rendered under AMD device-metrics-exporter or dcgm-exporter names (``telemetry_compat``).
 """
 
 from __future__ import annotations
@@ -306,6 +307,9 @@ class TelemetryAnalyzer(Analyzer):
                     "pod": a.get(m.ATTR_POD, ""),
                     "namespace": a.get(m.ATTR_NAMESPACE, ""),
                     "container": a.get(m.ATTR_CONTAINER, ""),
+                    "parent_uuid": a.get(m.ATTR_PARENT_UUID, ""),
+                    "gpu_instance": a.get(m.ATTR_GPU_INSTANCE, ""),
+                    "compute_instance": a.get(m.ATTR_COMPUTE_INSTANCE, ""),
                 },
                 float(cols["value"][i]),
                 ts,

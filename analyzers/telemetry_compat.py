@@ -9,7 +9,10 @@ units and label names follow the exporters the dashboards were built for:
   as amd-smi counts), energy in microjoules, ECC totals;
 - NVIDIA dcgm-exporter (``DCGM_FI_DEV_*``; labels ``gpu, UUID, device, modelName, Hostname,
   pci_bus_id`` and ``pod, namespace, container``): utilisation in percent, framebuffer in MiB, power
-  in W, temperatures in Celsius, SM and memory clocks in MHz, total energy in millijoules.
+  in W, temperatures in Celsius, SM and memory clocks in MHz, total energy in millijoules. A MIG
+  device's series are labelled as dcgm-exporter labels them: ``gpu``, ``UUID`` and ``device`` of its
+  parent GPU and ``GPU_I_ID`` its GPU instance (two compute instances of one GPU instance share
+  those labels there too: the newest reading wins).
 
 Every compatibility metric is a gauge, even where the original is a counter, so that its exposed
 name is exactly the original one (Prometheus clients add ``_total`` to counters). ``device`` is
@@ -31,7 +34,18 @@ from aaco.contract import telemetry as m
 from aaco.contract.signals import MetricDef, MetricPoint
 
 AMD_LABELS: Final = ("gpu_id", "gpu_uuid", "card_model", "hostname", "pod", "namespace", "container")
-DCGM_LABELS: Final = ("gpu", "UUID", "device", "modelName", "Hostname", "pci_bus_id", "pod", "namespace", "container")
+DCGM_LABELS: Final = (
+    "gpu",
+    "UUID",
+    "device",
+    "modelName",
+    "Hostname",
+    "pci_bus_id",
+    "GPU_I_ID",
+    "pod",
+    "namespace",
+    "container",
+)
 
 
 def _amd(name: str, unit: str, description: str, extra: tuple[str, ...] = ()) -> MetricDef:
@@ -117,13 +131,16 @@ def _amd_labels(s: Series) -> dict[str, str]:
 def _dcgm_labels(s: Series) -> dict[str, str]:
     lb = s.labels
     domain, _, rest = s.pci_bus.partition(":")
+    mig = bool(lb.get("parent_uuid"))
+    gpu = lb["gpu"].split("/", 1)[0] if mig else lb["gpu"]
     return {
-        "gpu": lb["gpu"],
-        "UUID": lb["gpu_uuid"],
-        "device": f"nvidia{lb['gpu']}",
+        "gpu": gpu,
+        "UUID": lb["parent_uuid"] if mig else lb["gpu_uuid"],
+        "device": f"nvidia{gpu}",
         "modelName": lb["model"],
         "Hostname": lb["node"],
         "pci_bus_id": f"{domain.rjust(8, '0')}:{rest}".upper() if rest else "",
+        "GPU_I_ID": lb.get("gpu_instance", "") if mig else "",
         "pod": lb["pod"],
         "namespace": lb["namespace"],
         "container": lb["container"],

@@ -7,7 +7,20 @@ from typing import Final
 
 from aaco.contract.signals import MetricDef
 
-BASE_LABELS: Final = ("node", "gpu", "gpu_uuid", "model", "pod", "namespace", "container")
+# parent_uuid, gpu_instance, compute_instance: a logical device's (a MIG device, an AMD partition;
+# docs/shared-gpus.md), empty (absent to Prometheus) on a physical GPU; bounded by the devices
+BASE_LABELS: Final = (
+    "node",
+    "gpu",
+    "gpu_uuid",
+    "model",
+    "pod",
+    "namespace",
+    "container",
+    "parent_uuid",
+    "gpu_instance",
+    "compute_instance",
+)
 
 
 @dataclass(slots=True)

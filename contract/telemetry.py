@@ -141,19 +141,37 @@ ATTR_PCI: Final = "pci.bus_id"
 ATTR_POD: Final = "k8s.pod.name"
 ATTR_NAMESPACE: Final = "k8s.namespace.name"
 ATTR_CONTAINER: Final = "k8s.container.name"
+# A logical device (a MIG instance, an AMD partition; docs/shared-gpus.md): its parent GPU and its instance ids
+ATTR_PARENT_UUID: Final = "aaco.gpu.parent_uuid"
+ATTR_GPU_INSTANCE: Final = "aaco.gpu.gpu_instance"
+ATTR_COMPUTE_INSTANCE: Final = "aaco.gpu.compute_instance"
 
 MIB: Final = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
 class GpuIdentity:
-    """Who a GPU is: its index on the node (the ``device`` column and ``gpu`` label) and what else is known."""
+    """Who a GPU is: its index on the node (the ``device`` column and ``gpu`` label) and what else is known.
+
+    A logical device carved out of a GPU (docs/shared-gpus.md) is a GPU of its own whose ``parent``
+    names the physical GPU's index (and ``parent_uuid`` its UUID): an NVIDIA MIG device, index
+    ``<parent>/<gpu_instance>/<compute_instance>`` (``0/3/0``: the GPU instance and compute instance
+    ids, NVIDIA's own address of a MIG device, ``MIG-GPU-<uuid>/3/0``, the same from nvidia-smi and
+    NVML, where the MIG device *index* is an enumeration order), its ``uuid`` the ``MIG-...`` UUID
+    where the backend gives one; an AMD partition (XCP), index ``<parent>/<partition>`` with
+    ``gpu_instance`` the partition's number. Device-wide readings (power, temperature, clocks, the
+    GPU's utilisation, PCIe, ECC totals) stay on the parent; a logical device has its own.
+    """
 
     index: str
     uuid: str = ""
     pci_bus: str = ""  # normalised: dddd:bb:dd.f, lower case
     model: str = ""
     vendor: str = ""  # amd | nvidia
+    parent: str = ""  # a logical device's physical GPU (its index); "" for a physical GPU
+    parent_uuid: str = ""
+    gpu_instance: str = ""  # NVIDIA MIG GPU instance id; AMD partition number
+    compute_instance: str = ""  # NVIDIA MIG compute instance id
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,7 +275,12 @@ def to_table(
     keys: list[str] = []
     items: list[str] = []
     for s in samples:
-        ident = {ATTR_MODEL: s.gpu.model, ATTR_VENDOR: s.gpu.vendor, ATTR_PCI: s.gpu.pci_bus}
+        g = s.gpu
+        ident = {ATTR_MODEL: g.model, ATTR_VENDOR: g.vendor, ATTR_PCI: g.pci_bus}
+        if g.parent:
+            ident[ATTR_PARENT_UUID] = g.parent_uuid
+            ident[ATTR_GPU_INSTANCE] = g.gpu_instance
+            ident[ATTR_COMPUTE_INSTANCE] = g.compute_instance
         ident = {k: v for k, v in ident.items() if v}
         if extra and s.gpu.index in extra:
             ident.update(extra[s.gpu.index])

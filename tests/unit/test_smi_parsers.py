@@ -152,7 +152,7 @@ def test_amd_smi_malformed_fields_are_named(samples: Path):
 def test_nvidia_smi_acceptance_values(samples: Path):
     path = samples / "nvidia-smi" / "a100-sxm4-v12.xml.gz"
     snap = parse_nvidia_smi(sample_bytes(path), str(path))
-    assert len(snap.gpus) == 1
+    assert len(snap.gpus) == 5  # the GPU and its four MIG devices (tests/unit/test_smi_mig.py)
     assert value(snap, "0", "hw.temperature", sensor="edge") == 27.0
     assert value(snap, "0", "hw.power") == 67.03
     assert value(snap, "0", "aaco.gpu.power.limit") == 500.0  # current_power_limit
@@ -455,7 +455,7 @@ def test_sysfs_reader_reports_bad_dpm_lines_every_sample(sysfs_root: Path):
     [
         ("amd-smi/amd-smi-metric.json", "amd-smi", 1),
         ("rocm-smi/mi100_rocm602.json", "rocm-smi", 4),
-        ("nvidia-smi/a100-sxm4-v12.xml.gz", "nvidia-smi", 1),
+        ("nvidia-smi/a100-sxm4-v12.xml.gz", "nvidia-smi", 5),  # the GPU and its four MIG devices
         ("sysfs/amdgpu_card0.ttar", "sysfs", 1),
     ],
 )

@@ -46,6 +46,9 @@ def test_latest_value_per_series_with_labels(samples: Path):
         "pod": "",
         "namespace": "",
         "container": "",
+        "parent_uuid": "",
+        "gpu_instance": "",
+        "compute_instance": "",
     }
     assert len({dict(lb)["gpu"] for (n, lb) in pts if n == "aaco_gpu_power_watts"}) == 4
     doc = a.snapshot().to_dict()
@@ -96,8 +99,13 @@ def test_dcgm_compatibility_names_and_units(samples: Path):
     assert find(pts, "DCGM_FI_DEV_GPU_TEMP") == 27.0
     assert find(pts, "DCGM_FI_DEV_POWER_USAGE") == 67.03
     assert find(pts, "DCGM_FI_DEV_SM_CLOCK") == 1275.0
-    assert find(pts, "DCGM_FI_DEV_FB_USED") == 50.0
-    assert find(pts, "DCGM_FI_DEV_FB_FREE") == 81920.0 - 50.0
+    assert find(pts, "DCGM_FI_DEV_FB_USED", GPU_I_ID="") == 50.0
+    assert find(pts, "DCGM_FI_DEV_FB_FREE", GPU_I_ID="") == 81920.0 - 50.0
+    # its MIG devices as dcgm-exporter labels them: the parent GPU's gpu, UUID and device, and GPU_I_ID
+    assert find(pts, "DCGM_FI_DEV_FB_USED", GPU_I_ID="4") == 12.0
+    assert find(pts, "DCGM_FI_DEV_FB_FREE", GPU_I_ID="4") == 19968.0 - 12.0
+    mig = next(dict(lb) for (n, lb) in pts if n == "DCGM_FI_DEV_FB_USED" and dict(lb)["GPU_I_ID"] == "4")
+    assert (mig["gpu"], mig["device"], mig["UUID"]) == ("0", "nvidia0", "GPU-513536b6-7d19-9063-b049-1e69664bb298")
     labels = next(dict(lb) for (n, lb) in pts if n == "DCGM_FI_DEV_GPU_TEMP")
     assert labels == {
         "gpu": "0",
@@ -106,6 +114,7 @@ def test_dcgm_compatibility_names_and_units(samples: Path):
         "modelName": "NVIDIA A100-SXM4-80GB",
         "Hostname": "n1",
         "pci_bus_id": "00000000:01:00.0",
+        "GPU_I_ID": "",
         "pod": "p",
         "namespace": "",
         "container": "",

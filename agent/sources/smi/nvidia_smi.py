@@ -8,8 +8,9 @@ boost as ``other`` (idle, application and display clock settings are not throttl
 core sensor is reported as sensor ``edge`` (NVIDIA has no hotspot sensor in this log; its core
 sensor plays the role of AMD's edge sensor, with slowdown thresholds around 90 C), memory as
 ``memory``. ``hw.errors`` are the aggregate (lifetime) ECC counts; the health sections (volatile ECC
-by location, retired pages, remapped rows, PCIe replays) are ``nvidia_smi_health``'s. MIG instances
-are not reported separately: their parent GPU is.
+by location, retired pages, remapped rows, PCIe replays) are ``nvidia_smi_health``'s. A GPU in MIG
+mode is followed by its MIG devices, each a device of its own with its memory and ECC counts
+(``nvidia_smi_mig``); the GPU's readings stay on the GPU.
 
 ``fan_speed`` (``30 %``, the first fan's) is fan ``0``'s speed ratio; ``performance_state`` (``P8``) the
 P-state; ``pci/pci_gpu_link_info`` the PCIe link's current generation and width (``16x``);
@@ -25,6 +26,7 @@ import xml.etree.ElementTree as ET
 from typing import Final
 
 from aaco.agent.sources.smi.nvidia_smi_health import read_health
+from aaco.agent.sources.smi.nvidia_smi_mig import read_mig
 from aaco.agent.sources.smi.placeholders import drop_placeholders
 from aaco.agent.sources.smi.values import Fields, TelemetryFormatError, missing
 from aaco.contract.telemetry import (
@@ -139,6 +141,7 @@ def parse_nvidia_smi(text: str | bytes, subject: str) -> Snapshot:
         read_health(f, gpu, where, s)
         drop_placeholders(s, vgpu=text("gpu_virtualization_mode/virtualization_mode").upper() == "VGPU")
         snap.gpus.append(s)
+        snap.gpus += read_mig(f, gpu, where, s.gpu)
     if not snap.gpus and root.find("gpu") is None and root.find("attached_gpus") is None:
         raise TelemetryFormatError("not nvidia-smi XML: no <gpu> and no <attached_gpus>", subject=subject)
     snap.problems = f.problems

@@ -4,9 +4,12 @@ The kubelet serves it on ``/var/lib/kubelet/pod-resources/kubelet.sock``; the ch
 directory. ``List`` returns every pod's containers with the device IDs that device plugins gave
 them, per resource name: ``amd.com/gpu`` (AMD's plugin names GPUs by PCI address,
 ``0000:83:00.0``) and ``nvidia.com/gpu`` (NVIDIA's by UUID, ``GPU-5135...``; with time-slicing
-``GPU-5135...::2``, the replica suffix is dropped). A GPU matches a device ID by UUID, PCI
-address, or, for plugins that use plain numbers, by index. Several containers sharing one GPU are
-listed together, comma-separated, at most ``MAX_SHARERS`` (bounded label values).
+``GPU-5135...::2``, the replica suffix is dropped). With MIG, NVIDIA's plugin hands out MIG devices:
+under its ``single`` strategy as ``nvidia.com/gpu``, under ``mixed`` as ``nvidia.com/mig-<profile>``
+(``nvidia.com/mig-1g.10gb``), by their MIG UUID (``MIG-...``; drivers before R470 named them
+``MIG-GPU-<uuid>/<gi>/<ci>``): both match the MIG device (docs/shared-gpus.md), not its parent. A
+GPU matches a device ID by UUID, PCI address, or, for plugins that use plain numbers, by index.
+Several containers sharing one GPU are listed together, comma-separated, at most ``MAX_SHARERS`` (bounded label values).
 
 The mapping is refreshed every ``refresh_s`` (the call under ``timeout_s``); between refreshes the
 last one is used, and after a failed refresh the previous mapping is kept for at most
@@ -37,6 +40,7 @@ _ABSENT_SAID: set[str] = set()  # sockets whose absence was logged at INFO: once
 
 DEFAULT_SOCKET: Final = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 GPU_RESOURCES: Final = ("amd.com/gpu", "nvidia.com/gpu")
+MIG_RESOURCE_PREFIX: Final = "nvidia.com/mig-"  # the NVIDIA device plugin's mixed strategy: one resource per profile
 MAX_SHARERS: Final = 8
 _PCI = re.compile(r"^(?:[0-9a-f]{4,8}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
@@ -60,8 +64,11 @@ def device_keys(device_id: str) -> set[str]:
 
 
 def gpu_keys(gpu: GpuIdentity) -> set[str]:
-    """The keys a GPU is known by: UUID, PCI address, index."""
-    return {k for k in (gpu.uuid.lower(), gpu.pci_bus, gpu.index) if k}
+    """The keys a GPU is known by: UUID, PCI address, index; a MIG device also by its pre-R470 name."""
+    keys = {k for k in (gpu.uuid.lower(), gpu.pci_bus, gpu.index) if k}
+    if gpu.parent_uuid and gpu.compute_instance:
+        keys.add(f"mig-{gpu.parent_uuid.lower()}/{gpu.gpu_instance}/{gpu.compute_instance}")
+    return keys
 
 
 def owners_by_device(resp: api_pb2.ListPodResourcesResponse, resources: Iterable[str]) -> dict[str, list[Owner]]:
@@ -71,7 +78,9 @@ def owners_by_device(resp: api_pb2.ListPodResourcesResponse, resources: Iterable
     for pod in resp.pod_resources:
         for c in pod.containers:
             for dev in c.devices:
-                if dev.resource_name not in wanted:
+                if dev.resource_name not in wanted and not (
+                    "nvidia.com/gpu" in wanted and dev.resource_name.startswith(MIG_RESOURCE_PREFIX)
+                ):
                     continue
                 for device_id in dev.device_ids:
                     for key in device_keys(device_id):

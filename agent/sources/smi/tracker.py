@@ -8,7 +8,9 @@ slots skips them (counted) instead of firing a burst to catch up.
 known GPU: ``aaco.gpu.up`` 1 with its readings when the backend read it, 0 (and nothing else) when
 it did not (it vanished, is resetting, or the whole backend call failed), plus
 ``hw.errors{error.type=lost}``, the number of times it went missing. A GPU that comes back is up
-again with its readings.
+again with its readings. A logical device (a MIG device, an AMD partition) that is absent while
+its parent GPU was read was removed (MIG reconfigured, partition mode changed): it is forgotten,
+not reported down; one lost with its GPU is down with it (its loss counted, the GPU's reported).
 """
 
 from __future__ import annotations
@@ -84,13 +86,19 @@ class GpuTracker:
             g.add(UP, 1.0)
             g.add(ERRORS, float(self.lost_count.get(idx, 0)), error_type="lost")
             out.append(g)
+        gone = [i for i, g in self.known.items() if i not in present and g.parent and g.parent in present]
+        for idx in gone:  # a logical device removed from a GPU that answers: not lost
+            del self.known[idx]
+            self.down.discard(idx)
+            self.lost_count.pop(idx, None)
         for idx, gpu in self.known.items():
             if idx in present:
                 continue
             if idx not in self.down:
                 self.down.add(idx)
                 self.lost_count[idx] = self.lost_count.get(idx, 0) + 1
-                t.lost.append(gpu)
+                if not gpu.parent or gpu.parent not in self.known or gpu.parent in present:
+                    t.lost.append(gpu)  # a logical device lost with its GPU: the GPU's loss is the one said
             s = GpuSample(gpu)
             s.add(UP, 0.0)
             s.add(ERRORS, float(self.lost_count[idx]), error_type="lost")

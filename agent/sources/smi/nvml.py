@@ -4,7 +4,8 @@ Per GPU: utilisation (GPU and memory), memory used/total, power and its enforced
 energy (mJ), core
 temperature (reported as sensor ``edge``, see ``nvidia_smi``), graphics/SM/memory/video clocks and
 their maxima (MHz), clock event ("throttle") reasons, aggregate ECC counts, the performance state
-(P0..P15), the PCIe link's current generation and width, the health readings every tenth sample
+(P0..P15), the PCIe link's current generation and width, a GPU in MIG mode's MIG devices, each a
+device of its own with its memory (``nvml_mig``), the health readings every tenth sample
 (``nvml_health``), the activity counters of GPM on Hopper and later (``nvml_gpm``; with a
 ``counters_guard``), and each fan's speed (% of its full
 speed, ``nvmlDeviceGetFanSpeed_v2`` per fan of ``nvmlDeviceGetNumFans``, else the one of
@@ -20,6 +21,7 @@ and shut down on ``close``.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Final, TypeVar
@@ -28,6 +30,7 @@ from aaco.agent.sources.smi.counters_guard import CountersGuard
 from aaco.agent.sources.smi.nvml_gpm import GpmReader, GpuLostError
 from aaco.agent.sources.smi.nvml_health import EVERY as HEALTH_EVERY
 from aaco.agent.sources.smi.nvml_health import read_health
+from aaco.agent.sources.smi.nvml_mig import read_mig
 from aaco.agent.sources.smi.placeholders import drop_placeholders
 from aaco.agent.sources.smi.values import Fields
 from aaco.contract.telemetry import (
@@ -128,7 +131,10 @@ class NvmlReader:
         for i in range(count):
             where = f"gpu[{i}]"
             try:
-                snap.gpus.append(self._gpu(f, where, i))
+                s = self._gpu(f, where, i)
+                h = self._q(f, where, n.nvmlDeviceGetHandleByIndex, i)
+                migs = read_mig(n, f, where, functools.partial(self._q, f, where), s.gpu, h) if h else []
+                snap.gpus += [s, *migs]
             except GpuLostError as exc:
                 f.problem(where, f"GPU is lost: {exc}")
         snap.problems = f.problems

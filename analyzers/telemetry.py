@@ -13,8 +13,10 @@ of metrics this analyzer does not know).
 Prometheus label names cannot hold dots, so OpenTelemetry's ``error.type`` is ``error_type``
 there; the other labels are ``node, gpu, gpu_uuid, model, pod, namespace, container`` and, on a MIG
 device or an AMD partition, ``parent_uuid, gpu_instance, compute_instance`` (docs/shared-gpus.md)
-(empty, so absent to Prometheus, when not known). With ``compat`` set on a source, its readings are
-also rendered under AMD device-metrics-exporter or dcgm-exporter names (``telemetry_compat``).
+and the Slurm jobs on the GPU, ``job, job_user, job_partition`` (docs/jobs.md, "Slurm"; ``job``
+needs ``honor_labels``, as the jobs metrics do) (empty, so absent to Prometheus, when not known).
+With ``compat`` set on a source, its readings are also rendered under AMD device-metrics-exporter
+or dcgm-exporter names (``telemetry_compat``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from aaco.analyzers.telemetry_health import DEFINITIONS as HEALTH_DEFINITIONS
 from aaco.analyzers.telemetry_series import BASE_LABELS, Series
 from aaco.contract import telemetry as m
 from aaco.contract.config_base import StrictModel
+from aaco.contract.jobs import ATTR_JOB, ATTR_JOB_PARTITION, ATTR_JOB_USER
 from aaco.contract.schemas import EventBatch
 from aaco.contract.signals import MetricDef, MetricPoint, define
 
@@ -310,6 +313,9 @@ class TelemetryAnalyzer(Analyzer):
                     "parent_uuid": a.get(m.ATTR_PARENT_UUID, ""),
                     "gpu_instance": a.get(m.ATTR_GPU_INSTANCE, ""),
                     "compute_instance": a.get(m.ATTR_COMPUTE_INSTANCE, ""),
+                    "job": a.get(ATTR_JOB, ""),
+                    "job_user": a.get(ATTR_JOB_USER, ""),
+                    "job_partition": a.get(ATTR_JOB_PARTITION, ""),
                 },
                 float(cols["value"][i]),
                 ts,

@@ -9,6 +9,7 @@ from aaco.contract.signals import MetricDef
 
 # parent_uuid, gpu_instance, compute_instance: a logical device's (a MIG device, an AMD partition;
 # docs/shared-gpus.md), empty (absent to Prometheus) on a physical GPU; bounded by the devices
+# job, job_user, job_partition: the Slurm jobs on the GPU (docs/jobs.md, "Slurm"), at most 4 comma-joined
 BASE_LABELS: Final = (
     "node",
     "gpu",
@@ -20,6 +21,9 @@ BASE_LABELS: Final = (
     "parent_uuid",
     "gpu_instance",
     "compute_instance",
+    "job",
+    "job_user",
+    "job_partition",
 )
 
 

@@ -36,6 +36,18 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, fields, replace
 from typing import Final
 
+# Attributes of GPU telemetry rows naming the Slurm jobs on the GPU (docs/jobs.md, "Slurm"): the
+# jobs' names (``slurm_job_name``), their users and partitions, comma-joined when several share it.
+ATTR_JOB: Final = "aaco.job.name"
+ATTR_JOB_USER: Final = "aaco.job.user"
+ATTR_JOB_PARTITION: Final = "aaco.job.partition"
+
+
+def slurm_job_name(job_id: str) -> str:
+    """A Slurm job's name as AACO's jobs carry it: ``slurm-<SLURM_JOB_ID>`` (as the process environment names it)."""
+    return f"slurm-{job_id}"
+
+
 COLLECTIVES: Final = (
     "all_reduce",
     "all_gather",

@@ -382,9 +382,12 @@ def pa_null():
 
 
 def test_job_and_rank_label_job_series_only():
+    # and the per-GPU series, whose job is the Slurm job on the GPU (one series per GPU: docs/jobs.md, "Slurm")
     for name, m in METRICS.items():
-        if {"job", "rank"} & set(m.labels):
+        if "rank" in m.labels:
             assert name.startswith("aaco_job_"), name
+        if "job" in m.labels:
+            assert name.startswith("aaco_job_") or (name.startswith("aaco_gpu_") and "gpu" in m.labels), name
 
 
 def test_registered_with_its_settings():

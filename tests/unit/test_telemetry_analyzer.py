@@ -49,6 +49,9 @@ def test_latest_value_per_series_with_labels(samples: Path):
         "parent_uuid": "",
         "gpu_instance": "",
         "compute_instance": "",
+        "job": "",
+        "job_user": "",
+        "job_partition": "",
     }
     assert len({dict(lb)["gpu"] for (n, lb) in pts if n == "aaco_gpu_power_watts"}) == 4
     doc = a.snapshot().to_dict()

@@ -30,6 +30,7 @@ from aaco.agent.sources.smi.backends import Backend, BackendName, BackendOptions
 from aaco.agent.sources.smi.calls import BackendError
 from aaco.agent.sources.smi.counters_guard import DEFAULT_PROFILERS
 from aaco.agent.sources.smi.pods import DEFAULT_SOCKET, GPU_RESOURCES, PodAttribution
+from aaco.agent.sources.smi.slurm import SlurmAttribution
 from aaco.agent.sources.smi.tracker import FixedRate, GpuTracker
 from aaco.agent.sources.smi.values import TelemetryFormatError
 from aaco.contract.config_base import StrictModel
@@ -70,6 +71,25 @@ class SmiSourceConfig(StrictModel):
     gpu_resources: list[str] = Field(
         list(GPU_RESOURCES), min_length=1, description="Extended resource names of GPUs in the kubelet's answer."
     )
+    slurm_job_mapping_dir: Path | None = Field(
+        None,
+        description="dcgm-exporter's HPC job mapping directory (its --hpc-job-mapping-dir, no default): files named "
+        "by GPU index or <gpu>.<gpu instance> listing job ids, written by Slurm prologs; null: not read.",
+    )
+    slurm_amd_job_dir: Path | None = Field(
+        None,
+        description="AMD device-metrics-exporter's Slurm directory (/var/run/exporter with its prolog): a JSON file "
+        "per GPU with SLURM_JOB_ID, SLURM_JOB_USER, SLURM_JOB_PARTITION; null: not read.",
+    )
+    slurm_from_environment: bool = Field(
+        False,
+        description="Attribute GPUs to the Slurm jobs of the processes holding them open (SLURM_JOB_ID in "
+        "/proc/<pid>/environ, the GPU from /proc/<pid>/fd); needs the host's PID namespace.",
+    )
+    slurm_refresh_s: PositiveFloat = Field(10.0, description="How often the GPU -> Slurm job mapping is refreshed.")
+    proc_root: Path = Field(
+        Path("/proc"), description="The host's /proc, for slurm_from_environment (/host/proc in a container)."
+    )
     amd_smi: str = Field("amd-smi", description="The amd-smi command (name on PATH or path).")
     rocm_smi: str = Field("rocm-smi", description="The rocm-smi command (name on PATH or path).")
     nvidia_smi: str = Field("nvidia-smi", description="The nvidia-smi command (name on PATH or path).")
@@ -89,7 +109,7 @@ class SmiSourceConfig(StrictModel):
         "running subcommand WORD (its first argument that is not an option).",
     )
 
-    @field_validator("file", "sysfs_root", "kubelet_socket")
+    @field_validator("file", "sysfs_root", "kubelet_socket", "slurm_job_mapping_dir", "slurm_amd_job_dir", "proc_root")
     @classmethod
     def _absolute(cls, path: Path | None) -> Path | None:
         """Relative paths are taken against the working directory once, when the configuration loads.
@@ -136,6 +156,13 @@ class SmiSource(Source):
         self.rate: FixedRate | None = None
         self.tracker = GpuTracker(config.max_gpus)
         self.pods: PodAttribution | None = None
+        self.slurm = SlurmAttribution(
+            mapping_dir=config.slurm_job_mapping_dir,
+            amd_dir=config.slurm_amd_job_dir,
+            from_environment=config.slurm_from_environment,
+            proc_root=config.proc_root,
+            refresh_s=config.slurm_refresh_s,
+        )
         self.taken = 0
 
     def run(self, ctx: SourceContext) -> None:
@@ -216,6 +243,8 @@ class SmiSource(Source):
                 count=changes.refused,
             )
         extra = self.pods.lookup([s.gpu for s in samples]) if self.pods is not None else {}
+        for index, attrs in self.slurm.lookup([s.gpu for s in samples]).items():
+            extra[index] = {**extra.get(index, {}), **attrs}
         table = to_table(samples, ts_ns=ts, node=ctx.node, source=self.name, extra=extra)
         self.taken += 1
         if table.num_rows:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -40,15 +39,7 @@ from aaco.contract.telemetry import GpuIdentity
 from tests.conftest import ROOT
 
 H100 = ROOT / "examples" / "data" / "nvidia-smi" / "h100-sxm5-v13.xml.gz"
-
-
-@dataclass(frozen=True)
-class MigDevice:
-    """A MIG device as the smi backends name one (index ``<gpu>/<gi>/<ci>``, its parent and instance)."""
-
-    index: str
-    parent: str
-    gpu_instance: str
+A100_MIG = ROOT / "examples" / "data" / "nvidia-smi" / "a100-sxm4-v12.xml.gz"  # MIG devices 0/3/0 .. 0/6/0
 
 
 def dcgm_dir(root: Path) -> Path:
@@ -80,8 +71,8 @@ def test_mapping_directory_labels_the_right_gpus_and_mig_instances(tmp_path: Pat
     assert got == {"0": {ATTR_JOB: "slurm-1234"}, "1": {ATTR_JOB: "slurm-1235,slurm-1236"}}
     # a MIG device is looked up by (its parent GPU's index, its GPU instance id): file 0.1
     assert slurm.jobs("0", "1") == [SlurmJob("2001")]
-    mig = [MigDevice("0/1/0", parent="0", gpu_instance="1"), MigDevice("0/2/0", parent="0", gpu_instance="2")]
-    assert slurm.lookup(mig) == {"0/1/0": {ATTR_JOB: "slurm-2001"}}  # type: ignore[arg-type]
+    mig = [GpuIdentity(f"0/{gi}/0", parent="0", gpu_instance=str(gi)) for gi in (1, 2)]
+    assert slurm.lookup(mig) == {"0/1/0": {ATTR_JOB: "slurm-2001"}}
 
 
 def test_jobs_on_one_gpu_are_ordered_numerically_and_bounded(tmp_path: Path):
@@ -246,3 +237,29 @@ def test_config_paths_are_absolute_and_off_by_default():
     off = SmiSourceConfig()
     assert off.slurm_job_mapping_dir is None and off.slurm_amd_job_dir is None and not off.slurm_from_environment
     assert not SmiSource(off, "smi").slurm.enabled
+
+
+def test_a_real_mig_capture_gets_its_instances_jobs_from_gpu_dot_instance_files(tmp_path: Path):
+    d = tmp_path / "map"
+    d.mkdir()
+    (d / "0").write_text("100\n")  # the whole GPU
+    (d / "0.3").write_text("300\n")  # GPU instance 3
+    (d / "0.5").write_text("501\n500\n")  # GPU instance 5, two jobs
+    cfg = SmiSourceConfig(backend="file", file=A100_MIG, kubelet_socket=None, slurm_job_mapping_dir=d)
+    src = SmiSource(cfg, "smi")
+    src.backend = open_backend("file", src.options)
+    stats = Stats()
+    ctx = SourceContext("node-a", stats, Bus(stats), Journal(stats))
+    src.sample_once(ctx)
+    item = ctx.bus.get(0)
+    assert item is not None
+    jobs: dict[str, set[str | None]] = {}
+    for r in item.batch.to_pylist():
+        jobs.setdefault(r["device"], set()).add(dict(r["attributes"]).get(ATTR_JOB))
+    assert jobs == {
+        "0": {"slurm-100"},
+        "0/3/0": {"slurm-300"},
+        "0/4/0": {None},
+        "0/5/0": {"slurm-500,slurm-501"},
+        "0/6/0": {None},
+    }

@@ -224,8 +224,7 @@ def attributes(jobs: list[SlurmJob], max_jobs: int = MAX_JOBS) -> dict[str, str]
 
 def default_key(gpu: GpuIdentity) -> GpuKey:
     """A GPU's key: (its index, None); a MIG device's (its parent GPU's index, its GPU instance id)."""
-    parent, instance = getattr(gpu, "parent", ""), getattr(gpu, "gpu_instance", "")
-    return (parent, instance or None) if parent else (gpu.index, None)
+    return (gpu.parent, gpu.gpu_instance or None) if gpu.parent else (gpu.index, None)
 
 
 class SlurmAttribution:

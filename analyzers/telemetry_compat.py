@@ -14,6 +14,11 @@ units and label names follow the exporters the dashboards were built for:
   parent GPU and ``GPU_I_ID`` its GPU instance (two compute instances of one GPU instance share
   those labels there too: the newest reading wins).
 
+The Slurm jobs on a GPU (docs/jobs.md, "Slurm") are labelled as those exporters label them: bare
+job ids in ``hpc_job`` (dcgm-exporter) and ``job_id``, with ``job_user`` and ``job_partition``
+(device-metrics-exporter); several jobs on one GPU are one comma-joined value, where dcgm-exporter
+copies the series once per job.
+
 Every compatibility metric is a gauge, even where the original is a counter, so that its exposed
 name is exactly the original one (Prometheus clients add ``_total`` to counters). ``device`` is
 ``nvidia<index>`` (dcgm-exporter uses the device minor number, which usually equals the index).
@@ -33,7 +38,18 @@ from aaco.analyzers.telemetry_series import Series
 from aaco.contract import telemetry as m
 from aaco.contract.signals import MetricDef, MetricPoint
 
-AMD_LABELS: Final = ("gpu_id", "gpu_uuid", "card_model", "hostname", "pod", "namespace", "container")
+AMD_LABELS: Final = (
+    "gpu_id",
+    "gpu_uuid",
+    "card_model",
+    "hostname",
+    "pod",
+    "namespace",
+    "container",
+    "job_id",
+    "job_user",
+    "job_partition",
+)
 DCGM_LABELS: Final = (
     "gpu",
     "UUID",
@@ -45,6 +61,7 @@ DCGM_LABELS: Final = (
     "pod",
     "namespace",
     "container",
+    "hpc_job",
 )
 
 
@@ -125,6 +142,9 @@ def _amd_labels(s: Series) -> dict[str, str]:
         "pod": lb["pod"],
         "namespace": lb["namespace"],
         "container": lb["container"],
+        "job_id": _job_ids(lb),
+        "job_user": lb.get("job_user", ""),
+        "job_partition": lb.get("job_partition", ""),
     }
 
 
@@ -144,7 +164,13 @@ def _dcgm_labels(s: Series) -> dict[str, str]:
         "pod": lb["pod"],
         "namespace": lb["namespace"],
         "container": lb["container"],
+        "hpc_job": _job_ids(lb),
     }
+
+
+def _job_ids(labels: Mapping[str, str]) -> str:
+    """The Slurm job ids of a series' ``job`` label (``slurm-81230,slurm-81234`` -> ``81230,81234``)."""
+    return ",".join(j.removeprefix("slurm-") for j in labels.get("job", "").split(",") if j)
 
 
 def compat_points(series: Iterable[Series], compat: Mapping[str, str]) -> Iterator[tuple[MetricPoint, int]]:

@@ -14,12 +14,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from aaco.agent.pipeline.bus import Bus
 from aaco.agent.sources.base import Journal, SourceContext
 from aaco.agent.sources.smi import SmiSource, SmiSourceConfig
-from aaco.agent.sources.smi.backends import open_backend
+from aaco.agent.sources.smi.backends import BackendOptions, open_backend
 from aaco.agent.sources.smi.slurm import (
     MAX_JOBS,
     SlurmAttribution,
@@ -35,7 +36,7 @@ from aaco.analyzers.telemetry import TelemetryAnalyzer
 from aaco.contract.jobs import ATTR_JOB, ATTR_JOB_PARTITION, ATTR_JOB_USER
 from aaco.contract.schemas import EventBatch
 from aaco.contract.stats import Stats
-from aaco.contract.telemetry import GpuIdentity
+from aaco.contract.telemetry import GpuIdentity, to_table
 from tests.conftest import ROOT
 
 H100 = ROOT / "examples" / "data" / "nvidia-smi" / "h100-sxm5-v13.xml.gz"
@@ -229,6 +230,24 @@ def test_source_publishes_job_attributes_and_the_analyzer_labels_them(tmp_path: 
     power = [p for p in analyzer.snapshot().points() if p.metric.prom_name == "aaco_gpu_power_watts"]
     assert len(power) == 1
     assert power[0].labels["job"] == "slurm-1234" and power[0].labels["job_user"] == ""
+
+
+def test_compat_names_carry_the_exporters_job_labels():
+    series_labels = {"job": "slurm-81230,slurm-81234", "job_user": "alice", "job_partition": "gpu"}
+    for flavour, name, want in (
+        ("dcgm", "DCGM_FI_DEV_POWER_USAGE", {"hpc_job": "81230,81234"}),
+        ("amd", "gpu_power_usage", {"job_id": "81230,81234", "job_user": "alice", "job_partition": "gpu"}),
+    ):
+        analyzer = TelemetryAnalyzer(compat={"smi": flavour})
+        analyzer.update(EventBatch("telemetry", _h100_rows_with(series_labels), "smi"))
+        [point] = [p for p in analyzer.snapshot().points() if p.metric.prom_name == name]
+        assert {k: point.labels[k] for k in want} == want
+
+
+def _h100_rows_with(labels: dict[str, str]) -> pa.RecordBatch:
+    snap = open_backend("file", BackendOptions(file=H100)).sample()
+    attrs = {ATTR_JOB: labels["job"], ATTR_JOB_USER: labels["job_user"], ATTR_JOB_PARTITION: labels["job_partition"]}
+    return to_table(snap.gpus, ts_ns=1, node="n", source="smi", extra={"0": attrs})
 
 
 def test_config_paths_are_absolute_and_off_by_default():

@@ -121,6 +121,7 @@ def test_dcgm_compatibility_names_and_units(samples: Path):
         "pod": "p",
         "namespace": "",
         "container": "",
+        "hpc_job": "",
     }
     assert not any(n.startswith("gpu_") for n, _ in pts)  # auto: NVIDIA GPUs get dcgm names only
 

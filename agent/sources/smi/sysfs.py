@@ -14,7 +14,10 @@ GPU (``vendor`` 0x1002, or the ``driver`` link names amdgpu):
 - ``ras/<block>_err_count`` (``ue: N`` / ``ce: N``) -> ECC error counts per RAS block and summed,
   ``ras/gpu_vram_bad_pages`` -> retired and pending pages, ``pcie_replay_count`` -> PCIe replays
   (``sysfs_health``);
-- ``gpu_metrics`` -> throttle reasons where its layout is known (``gpu_metrics``).
+- ``gpu_metrics`` -> throttle reasons where its layout is known (``gpu_metrics``);
+- ``current_compute_partition`` other than SPX: each compute partition is also a device of its own,
+  with its parent named and its own memory where its node has it (``sysfs_partitions``); the GPU's
+  readings stay on the GPU.
 
 The model is ``product_name``, else the marketing name of ``device`` / ``revision`` in libdrm's
 table (``amdgpu_ids``), else ``amdgpu <device id>``. Zeros that cannot be readings are left out
@@ -51,6 +54,7 @@ from aaco.agent.sources.smi.gpu_metrics import throttle_reasons
 from aaco.agent.sources.smi.placeholders import drop_placeholders
 from aaco.agent.sources.smi.sysfs_health import PCIE_REPLAY_COUNT, ras_files, read_health
 from aaco.agent.sources.smi.sysfs_hwmon import HwmonFile, hwmon_layout, read_hwmon
+from aaco.agent.sources.smi.sysfs_partitions import Partition, partition_layout, read_partitions
 from aaco.agent.sources.smi.sysfs_tree import DeviceGoneError, Tree
 from aaco.agent.sources.smi.sysfs_tree import text as _text
 from aaco.agent.sources.smi.values import Fields, pcie_generation
@@ -120,8 +124,20 @@ def read_sysfs(tree: Tree) -> Snapshot:
             snap.gpus.append(read_card(tree, card, f))
         except DeviceGoneError as exc:
             f.problem(f"class/drm/{card}", f"device error: {exc}")
+    _add_partitions(tree, snap, partition_layout(tree, [s.gpu for s in snap.gpus], f), f)
     snap.problems = f.problems
     return snap
+
+
+def _add_partitions(tree: Tree, snap: Snapshot, layout: list[Partition], f: Fields) -> bool:
+    """The partitions of the GPUs read in this sample; False when a partition's files failed."""
+    present = {s.gpu.index for s in snap.gpus}
+    try:
+        snap.gpus += read_partitions(tree, [p for p in layout if p.identity.parent in present], f)
+    except DeviceGoneError as exc:
+        f.problem("partitions", f"device error: {exc}")
+        return False
+    return True
 
 
 def read_card(tree: Tree, card: str, f: Fields) -> GpuSample:
@@ -218,6 +234,7 @@ class SysfsReader:
         self.refresh_s = refresh_s
         self._clock = clock
         self._layouts: dict[str, CardLayout | None] = {}  # None: a card that is not an AMD GPU
+        self._partitions: list[Partition] | None = None  # found again with the layouts
         self._found_at = clock()
 
     def sample(self) -> Snapshot:
@@ -225,6 +242,7 @@ class SysfsReader:
         tree = self.tree
         if self._clock() - self._found_at >= self.refresh_s:
             self._layouts.clear()
+            self._partitions = None
             tree.forget("")
             self._found_at = self._clock()
         f = Fields(tree.name)
@@ -235,6 +253,7 @@ class SysfsReader:
         for card in names:
             try:
                 if card not in self._layouts:
+                    self._partitions = None
                     layout = card_layout(tree, card) if is_amd(tree, card) else None
                     if layout is not None:
                         tree.keep(layout.files())
@@ -245,10 +264,15 @@ class SysfsReader:
             except DeviceGoneError as exc:
                 self._drop(card)
                 f.problem(f"class/drm/{card}", f"device error: {exc}")
+        if self._partitions is None:
+            self._partitions = partition_layout(tree, [s.gpu for s in snap.gpus], f)
+        if not _add_partitions(tree, snap, self._partitions, f):
+            self._partitions = None
         snap.problems = f.problems
         return snap
 
     def _drop(self, card: str) -> None:
+        self._partitions = None
         self._layouts.pop(card, None)
         self.tree.forget(f"class/drm/{card}/")
 

@@ -15,7 +15,8 @@ padded a device id there (``0x74a1``), else the marketing name of ``device_id`` 
 be readings (``placeholders``); a call that raises
 ``AmdSmiLibraryException`` for an unsupported query is skipped, one that says the device is gone
 drops the GPU from the sample. The module is passed in (tests use a fake with the library's API
-shape).
+shape). In a partitioned compute mode (DPX .. CPX) the library's one handle per partition is folded
+into one GPU and its partitions (``amdsmi_partitions``).
 
 Activity (docs/health.md, "Activity"; with a ``counters_guard``): ``amdsmi_get_gpu_activity``'s
 ``gfx_activity`` as ``aaco.gpu.graphics.active``, ``umc_activity`` as ``aaco.gpu.dram.active`` and
@@ -41,12 +42,14 @@ made again for that GPU.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Final, TypeVar
 
 from aaco.agent.sources.smi.amd_activity import library_activity
 from aaco.agent.sources.smi.amdgpu_ids import model_name
+from aaco.agent.sources.smi.amdsmi_partitions import fold_partitions
 from aaco.agent.sources.smi.counters_guard import CountersGuard
 from aaco.agent.sources.smi.gpu_metrics import throttle_reasons
 from aaco.agent.sources.smi.placeholders import drop_placeholders
@@ -136,12 +139,18 @@ class AmdSmiReader:
         snap = Snapshot(FORMAT)
         if self.guard is not None:
             self.guard.start_sample()
+        read: list[tuple[GpuSample, Any]] = []
         for i, h in enumerate(self.lib.amdsmi_get_processor_handles()):
             where = f"gpu[{i}]"
             try:
-                snap.gpus.append(self._gpu(f, where, i, h))
+                read.append((self._gpu(f, where, i, h), h))
             except DeviceGoneError as exc:
                 f.problem(where, f"device is gone: {exc}")
+        try:
+            snap.gpus = fold_partitions(self.lib, functools.partial(self._q, f, "partitions"), read)
+        except DeviceGoneError as exc:
+            f.problem("partitions", f"device is gone: {exc}")
+            snap.gpus = [s for s, _ in read]
         snap.problems = f.problems
         return snap
 

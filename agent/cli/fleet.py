@@ -219,11 +219,14 @@ def jobs(lake: LakeUrl, since: Since = None, as_json: AsJson = False) -> None:
         return
     if not doc["jobs"]:
         print_note("jobs: no distributed job in the lake (rows with a job and a rank, for the time asked)")
-        return
     for i, job in enumerate(doc["jobs"]):
         if i:
             out_console.print()
         _print_job(job)
+    if doc["slurm_jobs"]:
+        if doc["jobs"]:
+            out_console.print()
+        _print(doc["slurm_jobs"], False, _SLURM_COLUMNS, "Slurm jobs on GPUs", _SLURM_TEXT)
 
 
 _RANK_COLUMNS: Final = [
@@ -238,6 +241,16 @@ _RANK_COLUMNS: Final = [
     ("straggler", "straggler"),
 ]
 _BOUNDS: Final = ("cpu", "compute", "comm", "launch", "gap")
+_SLURM_COLUMNS: Final = [
+    ("job", "job"),
+    ("user", "user"),
+    ("partition", "partition"),
+    ("nodes", "nodes"),
+    ("GPUs", "gpus"),
+    ("utilisation", "utilization"),
+    ("power W", "power_w"),
+]
+_SLURM_TEXT: Final = frozenset({"job", "user", "partition", "nodes", "gpus"})
 
 
 def _pct2(row: dict[str, Any]) -> dict[str, Any]:

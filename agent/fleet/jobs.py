@@ -243,8 +243,13 @@ def answer(
 
 
 def jobs(con: duckdb.DuckDBPyConnection, stragglers: int = 2) -> dict[str, Any]:
-    """``{"jobs": [...]}``: every job of the lake (in the views' time window), by name."""
-    return {"jobs": [analyze(con, job, stragglers) for job in plan(con)]}
+    """``{"jobs": [...], "slurm_jobs": [...]}``: every traced job of the lake and every Slurm job on its GPUs.
+
+    Both in the views' time window, by name (``slurm_jobs.slurm_jobs``: docs/jobs.md, "Slurm").
+    """
+    from aaco.agent.fleet.slurm_jobs import slurm_jobs
+
+    return {"jobs": [analyze(con, job, stragglers) for job in plan(con)], "slurm_jobs": slurm_jobs(con)}
 
 
 def analyze_at(url: str, since_ns: int | None, job: FleetJob, stragglers: int = 2) -> dict[str, Any]:

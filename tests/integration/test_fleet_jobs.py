@@ -209,7 +209,7 @@ def test_critical_path_shares_are_the_lakes_paths(lakes, answers):
 
 
 def test_since_leaves_the_old_traces_out(lakes, aaco_bin):
-    assert fleet_jobs(aaco_bin, lakes["split"], "--since", "1h") == {"jobs": []}
+    assert fleet_jobs(aaco_bin, lakes["split"], "--since", "1h") == {"jobs": [], "slurm_jobs": []}
     proc = run_aaco(aaco_bin, "fleet", "jobs", "--lake", str(lakes["split"]), "--since", "1h")
     assert proc.returncode == 0 and "no distributed job in the lake" in proc.stdout + proc.stderr
 
@@ -250,4 +250,4 @@ def test_one_task_per_job_on_a_dask_cluster_agrees_with_duckdb(lakes, answers):
             futures = client.map(jobs.analyze_at, [url] * len(plan), [None] * len(plan), plan, pure=False)
             got = client.gather(futures)
     assert len(stream.data) == len(plan) and {t["worker"] for t in stream.data} <= workers
-    assert {"jobs": got} == answers[0]
+    assert {"jobs": got, "slurm_jobs": []} == answers[0]

@@ -1,9 +1,11 @@
 """Slurm jobs on GPU series end to end: ``aaco agent`` reading a real nvidia-smi capture (an H100)
 with dcgm-exporter's job mapping directory beside it, as a Slurm prolog writes it; /metrics shows
-the GPU's series with the job's labels and the lake's telemetry rows carry them as attributes."""
+the GPU's series with the job's labels, the lake's telemetry rows carry them as attributes and
+``aaco fleet jobs`` lists the jobs from them."""
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-from .helpers import http_get, metric_value, read_lake, start_aaco, wait_for
+from .helpers import http_get, metric_value, read_lake, run_aaco, start_aaco, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -68,3 +70,10 @@ pipeline: {{snapshot_interval_s: 0.2}}
     rows = [r for r in read_lake(lake, "telemetry").to_pylist() if r["metric"] == "hw.power"]
     names = {dict(r["attributes"]).get("aaco.job.name") for r in rows}
     assert {"slurm-81230,slurm-81234", "slurm-81240"} <= names
+    fleet = run_aaco(aaco_bin, "fleet", "jobs", "--lake", str(lake), "--json")
+    assert fleet.returncode == 0, fleet.stderr
+    slurm = {j["job"]: j for j in json.loads(fleet.stdout)["slurm_jobs"]}
+    assert {"slurm-81230", "slurm-81234", "slurm-81240"} <= set(slurm)
+    assert slurm["slurm-81240"]["gpus"] == ["slurm-node-1:0"] and slurm["slurm-81240"]["power_w"] == 79.73
+    text = run_aaco(aaco_bin, "fleet", "jobs", "--lake", str(lake))
+    assert text.returncode == 0 and "Slurm jobs on GPUs" in text.stdout and "slurm-81240" in text.stdout

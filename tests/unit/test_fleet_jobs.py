@@ -138,4 +138,4 @@ def test_no_job_rows_no_jobs():
     rows = rank_rows("gpu-a", "x", 0, T0)
     for r in [*rows[0], *rows[1]]:
         r["job"] = r["rank"] = None
-    assert answer(fleet(rows)) == {"jobs": []}
+    assert answer(fleet(rows)) == {"jobs": [], "slurm_jobs": []}

@@ -22,6 +22,7 @@ ORDER = [
     "sched",
     "drift",
     "throttle",
+    "health",
     "bottleneck",
 ]
 

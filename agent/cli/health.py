@@ -84,7 +84,7 @@ def health(
     if as_json:
         typer.echo(json.dumps({"status": status, "gpus": [v.to_dict() for v in verdicts], "xids": xids}))
     else:
-        _print(status, verdicts, xids)
+        _print(status, verdicts, xids, {g.gpu.index for g in snap.gpus if g.gpu.parent})
     raise typer.Exit(EXIT[status])
 
 
@@ -154,13 +154,15 @@ def _xids(judge: HealthJudge, log: Path, snap: Snapshot, now_ns: int) -> list[di
     return out
 
 
-def _print(status: str, verdicts: list[GpuHealth], xids: list[dict[str, object]]) -> None:
+def _print(status: str, verdicts: list[GpuHealth], xids: list[dict[str, object]], logical: set[str]) -> None:
     """The one-line message first (Node Problem Detector's), then a line per GPU and reason, then the XIDs."""
     bad = [v for v in verdicts if v.status in ("unhealthy", "warning")]
     if not verdicts:
         head = "unknown: no GPU found"
     elif not bad:
-        head = f"{status}: {len(verdicts)} GPU(s), no problem found"
+        parts = sum(1 for v in verdicts if v.gpu in logical)  # MIG devices and partitions of the GPUs
+        carved = f" and {parts} MIG device(s) or partition(s)" if parts else ""
+        head = f"{status}: {len(verdicts) - parts} GPU(s){carved}, no problem found"
     else:
         head = f"{status}: " + "; ".join(
             f"GPU {v.gpu} {v.status} ({', '.join(r.code for r in v.reasons)})" for v in bad

@@ -88,6 +88,17 @@ def test_an_amd_sysfs_copy_with_uncorrected_umc_errors_is_unhealthy_and_exits_1(
     assert rc == 0 and doc["status"] == "healthy"  # corrected errors alone, once: healthy
 
 
+def test_mig_devices_are_judged_and_counted_apart_from_their_gpu(aaco_bin):
+    proc = run_aaco(aaco_bin, "health", "-f", str(EXAMPLES / "nvidia-smi" / "a100-sxm4-v12.xml.gz"))
+    lines = proc.stdout.splitlines()
+    assert (
+        proc.returncode == 0 and lines[0] == "healthy: 1 GPU(s) and 4 MIG device(s) or partition(s), no problem found"
+    )
+    assert [line.split(":")[0] for line in lines[1:]] == ["GPU 0 GPU-513536b6-7d19-9063-b049-1e69664bb298"] + [
+        f"GPU 0/{gi}/0" for gi in (3, 4, 5, 6)
+    ]
+
+
 def test_a_pending_remap_is_a_warning_and_exits_0(tmp_path, aaco_bin):
     capture = with_field(H100, tmp_path / "h100.xml", "remapped_rows/remapped_row_pending", "Yes")
     rc, doc = health(aaco_bin, "-f", str(capture))

@@ -27,7 +27,8 @@ from types import ModuleType
 from typing import Any, Final, TypeVar
 
 from aaco.agent.sources.smi.counters_guard import CountersGuard
-from aaco.agent.sources.smi.nvml_gpm import GpmReader, GpuLostError
+from aaco.agent.sources.smi.nvml_errors import NVML_ERROR_GPU_IS_LOST, NVML_ERROR_NOT_SUPPORTED, GpuLostError
+from aaco.agent.sources.smi.nvml_gpm import GpmReader
 from aaco.agent.sources.smi.nvml_health import EVERY as HEALTH_EVERY
 from aaco.agent.sources.smi.nvml_health import read_health
 from aaco.agent.sources.smi.nvml_mig import read_mig
@@ -63,8 +64,6 @@ MAX_CACHED: Final = (
 )  # six facts (four maximum clocks, fans, mode) of up to 1024 GPUs seen over the reader's life
 T = TypeVar("T")
 
-NVML_ERROR_NOT_SUPPORTED: Final = 3
-NVML_ERROR_GPU_IS_LOST: Final = 15
 NVML_GPU_VIRTUALIZATION_MODE_VGPU: Final = 2  # a vGPU guest
 NVML_PSTATE_UNKNOWN: Final = 32
 

@@ -36,6 +36,15 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from aaco.agent.sources.smi.counters_guard import CountersGuard
+from aaco.agent.sources.smi.nvml_errors import (
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
+    NVML_ERROR_FUNCTION_NOT_FOUND,
+    NVML_ERROR_GPU_IS_LOST,
+    NVML_ERROR_IN_USE,
+    NVML_ERROR_INVALID_ARGUMENT,
+    NVML_ERROR_NOT_SUPPORTED,
+    GpuLostError,
+)
 from aaco.agent.sources.smi.values import Fields
 from aaco.contract.telemetry import (
     DRAM_ACTIVE,
@@ -50,12 +59,6 @@ from aaco.contract.telemetry import (
     GpuSample,
 )
 
-NVML_ERROR_INVALID_ARGUMENT: Final = 2
-NVML_ERROR_NOT_SUPPORTED: Final = 3
-NVML_ERROR_FUNCTION_NOT_FOUND: Final = 13
-NVML_ERROR_GPU_IS_LOST: Final = 15
-NVML_ERROR_IN_USE: Final = 19
-NVML_ERROR_ARGUMENT_VERSION_MISMATCH: Final = 25
 NVML_GPM_METRICS_GET_VERSION: Final = 1
 _UNSUPPORTED: Final = frozenset({NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND})
 _OLD_DRIVER: Final = frozenset({NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_ARGUMENT_VERSION_MISMATCH})
@@ -76,10 +79,6 @@ NVDEC: Final = tuple((f"NVML_GPM_METRIC_NVDEC_{i}_UTIL", 30 + i) for i in range(
 # Added to NVML after the first GPM metrics: a driver that refuses the request with them is asked without (_failed)
 NVENC: Final = tuple((f"NVML_GPM_METRIC_NVENC_{i}_UTIL", 166 + i) for i in range(4))
 MAX_GPUS: Final = 1024
-
-
-class GpuLostError(Exception):
-    """NVML says the GPU is lost."""
 
 
 @dataclass

@@ -17,14 +17,16 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Final
 
-from aaco.agent.sources.smi.nvml_gpm import GpuLostError
+from aaco.agent.sources.smi.nvml_errors import (
+    NVML_ERROR_GPU_IS_LOST,
+    NVML_ERROR_NOT_FOUND,
+    NVML_ERROR_NOT_SUPPORTED,
+    GpuLostError,
+)
 from aaco.agent.sources.smi.values import Fields
 from aaco.contract.telemetry import MEMORY_LIMIT, MEMORY_USAGE, GpuIdentity, GpuSample
 
 NVML_DEVICE_MIG_ENABLE: Final = 1
-NVML_ERROR_NOT_SUPPORTED: Final = 3
-NVML_ERROR_NOT_FOUND: Final = 6
-NVML_ERROR_GPU_IS_LOST: Final = 15
 MAX_MIG_DEVICES: Final = 16  # 7 on A100/H100; a bound against a driver's odd answer
 
 

@@ -182,12 +182,6 @@ class HealthJudge:
         """Leave GPU ``index`` out from now on (its caller's bound)."""
         self._gpus.pop(index, None)
 
-    def lost(self, index: str, ts_ns: int) -> None:
-        """The GPU's backend no longer sees it."""
-        g = self._gpu(index)
-        if g is not None:
-            g.latest = {(UP, ""): 0.0}
-
     def verdicts(self, now_ns: int) -> list[GpuHealth]:
         """Every GPU's verdict, by index."""
         return [self.verdict(i, now_ns) for i in sorted(self._gpus, key=_index_key)]

@@ -124,8 +124,8 @@ def test_xids_by_severity_and_age():
 
 
 def test_a_lost_gpu_is_unhealthy():
-    j = judge_of((0, sample(**CLEAN)))
-    j.lost("0", S)
+    """The smi source's tracker reports a GPU that stopped answering as aaco.gpu.up 0, its only reading."""
+    j = judge_of((0, sample(**CLEAN)), (S, sample(up=0.0)))
     assert [(r.code, r.status) for r in j.verdict("0", S).reasons] == [("gpu_lost", "unhealthy")]
 
 

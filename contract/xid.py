@@ -278,17 +278,3 @@ class XidCounter:
     def last(self) -> dict[tuple[str, int], XidEvent]:
         """The last event of each (GPU, code)."""
         return dict(self._last)
-
-    def by_code(self) -> dict[int, int]:
-        """Events by code, all GPUs together."""
-        out: dict[int, int] = {}
-        for (_, code), n in self._counts.items():
-            out[code] = out.get(code, 0) + n
-        return out
-
-    def by_gpu(self) -> dict[str, int]:
-        """Events by GPU, all codes together."""
-        out: dict[str, int] = {}
-        for (bus, _), n in self._counts.items():
-            out[bus] = out.get(bus, 0) + n
-        return out

@@ -49,13 +49,17 @@ def health(
     ] = None,
     config: Annotated[
         Path | None,
-        typer.Option("--config", "-c", help="Agent configuration whose health: section sets the thresholds."),
+        typer.Option("--config", "-c", help="Agent configuration whose analyzers.health section sets the thresholds."),
     ] = None,
     sysfs_root: Annotated[
         Path, typer.Option("--sysfs-root", help="Directory holding class/drm for the sysfs backend.")
     ] = Path("/sys"),
     as_json: Annotated[
-        bool, typer.Option("--json", help='Print {"status", "gpus": [{"gpu", "uuid", "status", "reasons"}]}.')
+        bool,
+        typer.Option(
+            "--json",
+            help='Print {"status", "gpus": [{"gpu", "uuid", "status", "reasons"}], "xids": [...]} (docs/health.md).',
+        ),
     ] = False,
     timeout_s: Annotated[float, typer.Option("--timeout", min=0.1, help="Deadline of the backend call, s.")] = 5.0,
 ) -> None:
@@ -180,7 +184,8 @@ def _print(status: str, verdicts: list[GpuHealth], xids: list[dict[str, object]]
         )  # type: ignore[call-overload]
         old = "" if x["in_verdict"] else " (older than xid_max_age_s: not in the verdict)"
         what = f"{x['severity']} ({x['description']}; {x['action'] or 'no action given'})"
-        out_console.print(f"XID {x['xid']} on GPU {x['gpu']}: {x['count']} time(s){at}, {what}{old}", markup=False)
+        line = f"XID {x['xid']} on GPU {x['gpu']}: {x['count']} time(s){at}, {what}{old}"
+        out_console.print(line, markup=False, highlight=False)
 
 
 def _unknown(message: str, as_json: bool) -> None:

@@ -27,6 +27,7 @@ from aaco.analyzers import (
     serving_phases,
     telemetry,
     throttle,
+    workloads,
 )
 from aaco.analyzers.base import AgentHints, Analyzer
 from aaco.contract.component import Registry
@@ -48,6 +49,7 @@ ANALYZERS.register("sched", sched.SchedSettings, sched.create)
 ANALYZERS.register("drift", drift_analyzer.DriftSettings, drift_analyzer.create)
 ANALYZERS.register("throttle", throttle.ThrottleSettings, throttle.create)
 ANALYZERS.register("health", health.HealthSettings, health.create)
+ANALYZERS.register("workloads", workloads.WorkloadsSettings, workloads.create)
 ANALYZERS.register("bottleneck", bottleneck.BottleneckSettings, bottleneck.create)
 
 

@@ -21,12 +21,14 @@ or dcgm-exporter names (``telemetry_compat``).
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import Field, PositiveFloat, PositiveInt
 
 from aaco.analyzers.base import AgentHints, Analyzer
@@ -37,6 +39,7 @@ from aaco.analyzers.telemetry_health import DEFINITIONS as HEALTH_DEFINITIONS
 from aaco.analyzers.telemetry_series import BASE_LABELS, Series
 from aaco.contract import telemetry as m
 from aaco.contract.config_base import StrictModel
+from aaco.contract.gpu_processes import PROCESS_METRICS
 from aaco.contract.jobs import ATTR_JOB, ATTR_JOB_PARTITION, ATTR_JOB_USER
 from aaco.contract.schemas import EventBatch
 from aaco.contract.signals import MetricDef, MetricPoint, define
@@ -246,8 +249,10 @@ class TelemetryAnalyzer(Analyzer):
         self._layout: LayoutCache[list[tuple[str, ...] | None]] = LayoutCache(_LAYOUT_COLUMNS)
 
     def update(self, item: EventBatch) -> None:
-        """Fold a telemetry batch in: the latest row of each series wins."""
+        """Fold a telemetry batch in: the latest row of each series wins (per-process rows are the workloads')."""
         b = item.batch
+        if b.num_rows and pc.any(per_process := pc.is_in(b.column("metric"), _process_metrics())).as_py():
+            b = b.filter(pc.invert(per_process))
         if b.num_rows == 0:
             return
         layout = self._layout.layout(b)
@@ -343,3 +348,9 @@ def create(s: TelemetrySettings, hints: AgentHints, max_models: int) -> Telemetr
     """Series outlive ten samples of the slowest ``smi`` source; compatibility names as each asks."""
     stale = max(s.stale_after_s, 10 * hints.smi_interval_s)
     return TelemetryAnalyzer(max_series=s.max_series, stale_after_s=stale, compat=hints.smi_compat)
+
+
+@functools.cache
+def _process_metrics() -> pa.Array:
+    """Built on first use: pyarrow's conversion of a list at import time would import pandas."""
+    return pa.array(sorted(PROCESS_METRICS), pa.string())

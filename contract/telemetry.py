@@ -66,6 +66,10 @@ MEDIA_ACTIVE: Final = "aaco.gpu.media.active"  # video encode/decode engines bus
 PCIE_THROUGHPUT: Final = "aaco.gpu.pcie.throughput"  # bytes per second; attribute direction: transmit | receive
 NVLINK_THROUGHPUT: Final = "aaco.gpu.nvlink.throughput"  # bytes per second over all links; attribute direction
 COUNTERS_PAUSED: Final = "aaco.gpu.counters.paused"  # 1 while activity sampling is paused; attribute reason
+# Per process on a GPU (contract/gpu_processes.py, docs/shared-gpus.md): measured per process, never the device's
+PROCESS_UTILIZATION: Final = "aaco.gpu.process.utilization"  # its share of the SMs' (NVIDIA) or GFX engine's (AMD) time
+PROCESS_MEMORY_UTILIZATION: Final = "aaco.gpu.process.memory.utilization"  # its share of the memory controller's time
+PROCESS_MEMORY_USAGE: Final = "aaco.gpu.process.memory.usage"  # device memory it holds
 ATTR_XID_LAST: Final = "aaco.xid.last_ns"  # on XID rows: the last one's time (epoch ns), "" when the log had none
 
 UNITS: Final[dict[str, str]] = {
@@ -108,6 +112,9 @@ UNITS: Final[dict[str, str]] = {
     PCIE_THROUGHPUT: "By/s",
     NVLINK_THROUGHPUT: "By/s",
     COUNTERS_PAUSED: "1",
+    PROCESS_UTILIZATION: "1",
+    PROCESS_MEMORY_UTILIZATION: "1",
+    PROCESS_MEMORY_USAGE: "By",
 }
 
 # The attribute that distinguishes series of one metric on one GPU.

@@ -23,6 +23,7 @@ ORDER = [
     "drift",
     "throttle",
     "health",
+    "workloads",
     "bottleneck",
 ]
 

@@ -85,6 +85,13 @@ SOURCE_CASES: dict[str, Callable[[Path], dict[str, Any]]] = {
         "min_gap_s": 0,
         "targets": [SLEEPER[0]],
     },
+    "gpu_processes": lambda tmp: {  # a real pmon capture of five processes sharing a GPU
+        "backend": "file",
+        "file": str(ROOT / "tests" / "data" / "gpu-processes" / "pmon-datarhei-process_1.txt"),
+        "interval_s": 0.2,
+        "kubelet_socket": None,
+        "kubelet_logs": None,
+    },
     "llm_requests": lambda tmp: {
         "provider": "cpu",
         "requests_per_cycle": 2,

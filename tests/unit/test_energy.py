@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aaco.contract.energy import EnergyLedger, apportion
+from aaco.contract.energy import APPORTIONED, MEASURED, EnergyLedger, apportion
 
 S = 10**9
 
@@ -42,10 +42,12 @@ def test_the_ledger_follows_the_counter_and_its_resets():
     ledger = EnergyLedger()
     ledger.observe("gpu0", 0, 1000.0, 50.0, {})
     ledger.observe("gpu0", 10 * S, 4000.0, 50.0, {"pod-a": 0.5, "pod-b": 0.25})  # 3000 J, 500 J idle
-    assert ledger.totals("gpu0") == pytest.approx({"pod-a": 2500 * 2 / 3, "pod-b": 2500 / 3})
+    assert ledger.totals("gpu0") == pytest.approx(
+        {("pod-a", APPORTIONED): 2500 * 2 / 3, ("pod-b", APPORTIONED): 2500 / 3}
+    )
     ledger.observe("gpu0", 20 * S, 100.0, 50.0, {"pod-a": 1.0})  # a driver reload: starts over
     ledger.observe("gpu0", 30 * S, 1100.0, 50.0, {"pod-a": 1.0})  # 1000 J, 500 J idle
-    a_total = ledger.totals("gpu0")["pod-a"]
+    a_total = ledger.totals("gpu0")[("pod-a", APPORTIONED)]
     assert a_total == pytest.approx(2500 * 2 / 3 + 500)
     idle, dynamic = ledger.device_totals("gpu0")
     assert (idle, dynamic) == pytest.approx((1000.0, 3000.0))  # every joule above the first reading, once
@@ -59,3 +61,13 @@ def test_bounded():
     for d in ("x", "y"):
         ledger.observe(d, 0, 0.0, 0.0, {})
     assert ledger.totals("g") == {} and ledger.dropped == 2
+
+
+def test_a_workload_alone_on_a_whole_device_is_measured_idle_included():
+    ledger = EnergyLedger()
+    ledger.observe("gpu0", 0, 0.0, 50.0, {"pod-a": 0.2}, exclusive=True)
+    ledger.observe("gpu0", 10 * S, 900.0, 50.0, {"pod-a": 0.2}, exclusive=True)
+    assert ledger.totals("gpu0") == {("pod-a", MEASURED): 900.0}
+    ledger.observe("gpu0", 20 * S, 1800.0, 50.0, {"pod-a": 0.2, "pod-b": 0.2}, exclusive=True)  # shared now
+    assert ledger.totals("gpu0")[("pod-b", APPORTIONED)] == pytest.approx(200.0)
+    assert ledger.device_totals("gpu0") == pytest.approx((500.0, 1300.0))

@@ -210,17 +210,23 @@ def _json(parse: Callable[[Any, str], Snapshot]) -> Callable[[bytes, str], Snaps
 
 
 class LibraryBackend(Backend):
-    """A vendor library (NVML, AMD SMI) opened once, sampled in a worker thread with a deadline."""
+    """A vendor library (NVML, AMD SMI) opened once, sampled in a worker thread with a deadline.
 
-    def __init__(self, name: str, module: str, opts: BackendOptions) -> None:
+    The reader is the smi source's (``NvmlReader``, ``AmdSmiReader``) unless ``make_reader`` makes
+    another from the module (the ``gpu_processes`` source's).
+    """
+
+    def __init__(
+        self, name: str, module: str, opts: BackendOptions, make_reader: Callable[[ModuleType], Any] | None = None
+    ) -> None:
         self.name = name
         self.timeout_s = opts.timeout_s
         self._caller = TimedCaller(name)
         reader_class = NvmlReader if name == "nvml" else AmdSmiReader
 
-        def open_reader() -> NvmlReader | AmdSmiReader:
+        def open_reader() -> Any:
             mod = opts.modules.get(module) or importlib.import_module(module)
-            return reader_class(mod, opts.counters_guard())
+            return make_reader(mod) if make_reader is not None else reader_class(mod, opts.counters_guard())
 
         try:
             self.reader = self._caller.call(open_reader, opts.timeout_s)
@@ -229,8 +235,8 @@ class LibraryBackend(Backend):
         except Exception as exc:  # ImportError, the library's own errors: the backend is not present
             raise BackendError(f"{type(exc).__name__}: {exc}", subject=name, reason="missing") from exc
 
-    def sample(self) -> Snapshot:
-        """One sample through the library."""
+    def sample(self) -> Any:
+        """One sample through the library (the reader's: a ``Snapshot`` of the smi readers)."""
         try:
             return self._caller.call(self.reader.sample, self.timeout_s)
         except BackendError:

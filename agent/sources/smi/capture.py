@@ -49,19 +49,7 @@ def sniff(data: bytes) -> str:
 def read_capture(path: Path, max_bytes: int = MAX_CAPTURE_BYTES) -> Snapshot:
     """Parse one capture file; ``TelemetryFormatError`` (naming the file) when it cannot be read at all."""
     subject = os.fspath(path)
-    try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise TelemetryFormatError(f"{size} bytes, more than the {max_bytes}-byte limit", subject=subject)
-        data = path.read_bytes()
-    except FileNotFoundError as exc:
-        raise TelemetryFormatError("no such file", subject=subject) from exc
-    except IsADirectoryError as exc:
-        raise TelemetryFormatError("is a directory, expected a capture file", subject=subject) from exc
-    except OSError as exc:
-        raise TelemetryFormatError(f"cannot read: {exc.strerror or exc}", subject=subject) from exc
-    if data.startswith(GZIP_MAGIC):
-        data = _gunzip(data, max_bytes, subject)
+    data = load(path, max_bytes)
     kind = sniff(data)
     if kind == "nvidia-smi":
         return parse_nvidia_smi(data, subject)
@@ -81,6 +69,25 @@ def read_capture(path: Path, max_bytes: int = MAX_CAPTURE_BYTES) -> Snapshot:
         "not a telemetry capture: expected amd-smi or rocm-smi JSON, nvidia-smi XML, or a sysfs ttar archive",
         subject=subject,
     )
+
+
+def load(path: Path, max_bytes: int = MAX_CAPTURE_BYTES) -> bytes:
+    """A capture file's bytes, decompressed if gzip; ``TelemetryFormatError`` naming it when it cannot be read."""
+    subject = os.fspath(path)
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise TelemetryFormatError(f"{size} bytes, more than the {max_bytes}-byte limit", subject=subject)
+        data = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise TelemetryFormatError("no such file", subject=subject) from exc
+    except IsADirectoryError as exc:
+        raise TelemetryFormatError("is a directory, expected a capture file", subject=subject) from exc
+    except OSError as exc:
+        raise TelemetryFormatError(f"cannot read: {exc.strerror or exc}", subject=subject) from exc
+    if data.startswith(GZIP_MAGIC):
+        data = _gunzip(data, max_bytes, subject)
+    return data
 
 
 def _gunzip(data: bytes, max_bytes: int, subject: str) -> bytes:

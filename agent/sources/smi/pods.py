@@ -185,18 +185,27 @@ class PodAttribution:
 
     def lookup(self, gpus: Iterable[GpuIdentity]) -> dict[str, dict[str, str]]:
         """GPU index -> pod attributes, for the GPUs that belong to a container (refreshing when due)."""
-        if self._clock() >= self._next:
-            self.refresh()
+        self.refresh_when_due()
         if not self._owners:
             return {}
         out = {}
         for g in gpus:
-            owners: list[Owner] = []
-            for key in gpu_keys(g):
-                owners += [o for o in self._owners.get(key, []) if o not in owners]
+            owners = self.holders(g)
             if owners:
                 out[g.index] = attributes(owners)
         return out
+
+    def refresh_when_due(self) -> None:
+        """Ask the kubelet again if ``refresh_s`` has passed since the last time."""
+        if self._clock() >= self._next:
+            self.refresh()
+
+    def holders(self, gpu: GpuIdentity) -> list[Owner]:
+        """The containers the kubelet gave ``gpu`` to (as of the latest refresh)."""
+        owners: list[Owner] = []
+        for key in gpu_keys(gpu):
+            owners += [o for o in self._owners.get(key, []) if o not in owners]
+        return owners
 
     def _close_channel(self) -> None:
         if self._channel is not None:

@@ -67,7 +67,8 @@ class SlurmJob:
     partition: str = ""
 
 
-def _clean(value: object) -> str:
+def clean(value: object) -> str:
+    """A job id, user or partition as a label value: printable, no commas (the joiner), bounded; "" for a non-string."""
     text = value if isinstance(value, str) else ""
     return "".join(ch for ch in text if ch.isprintable() and ch != ",").strip()[:MAX_ID_CHARS]
 
@@ -98,7 +99,7 @@ def read_dcgm_dir(directory: Path) -> dict[GpuKey, list[SlurmJob]]:
         text = _read(path) if m else None
         if m is None or text is None:
             continue
-        ids = [_clean(line) for line in text.splitlines()]
+        ids = [clean(line) for line in text.splitlines()]
         jobs = [SlurmJob(i) for i in dict.fromkeys(ids) if i]
         if jobs:
             out[(str(int(m.group(1))), None if m.group(2) is None else str(int(m.group(2))))] = jobs
@@ -119,7 +120,7 @@ def read_amd_dir(directory: Path) -> dict[GpuKey, list[SlurmJob]]:
         if not isinstance(doc, dict):
             continue
         job = SlurmJob(
-            _clean(doc.get("SLURM_JOB_ID")), _clean(doc.get("SLURM_JOB_USER")), _clean(doc.get("SLURM_JOB_PARTITION"))
+            clean(doc.get("SLURM_JOB_ID")), clean(doc.get("SLURM_JOB_USER")), clean(doc.get("SLURM_JOB_PARTITION"))
         )
         if not job.id:
             continue
@@ -174,11 +175,11 @@ def environment_jobs(proc: Path = Path("/proc"), dev_root: Path = Path("/dev")) 
     out: dict[GpuKey, list[SlurmJob]] = {}
     for pid, gpus in sorted(gpu_processes(proc, dev_root).items()):
         env = read_environ(pid, proc)
-        job_id = _clean((env or {}).get("SLURM_JOB_ID"))
+        job_id = clean((env or {}).get("SLURM_JOB_ID"))
         if env is None or not job_id:
             continue
         job = SlurmJob(
-            job_id, _clean(env.get("SLURM_JOB_USER") or env.get("USER")), _clean(env.get("SLURM_JOB_PARTITION"))
+            job_id, clean(env.get("SLURM_JOB_USER") or env.get("USER")), clean(env.get("SLURM_JOB_PARTITION"))
         )
         for gpu in gpus:
             jobs = out.setdefault((gpu, None), [])

@@ -297,7 +297,9 @@ class WorkloadsAnalyzer(Analyzer):
                 self._observe(key, gpu, ts, value)
 
     def _observe(self, key: Hashable, gpu: _Gpu, ts: int, energy_j: float) -> None:
-        shares, exclusive = self._activity.get(key, ({}, False))
+        # the processes' rows name the GPU by UUID where their backend knows it, else by its index
+        found = self._activity.get(key) or self._activity.get((gpu.node, "#" + gpu.index))
+        shares, exclusive = found or ({}, False)
         idle = self.s.idle_power_w if self.s.idle_power_w is not None else (gpu.min_power_w or 0.0)
         self.ledger.observe(key, ts, energy_j, idle, shares, exclusive=exclusive)
 

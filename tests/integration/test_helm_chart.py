@@ -335,6 +335,8 @@ def test_default_host_mounts():
         "/lib/modules": "/lib/modules",
         "/usr/src": "/usr/src",
         "/var/lib/kubelet/pod-resources": "/var/lib/kubelet/pod-resources",
+        "/host/var/log/containers": "/var/log/containers",
+        "/host/var/log/pods": "/var/log/pods",
         "/var/spool/aaco": "/var/spool/aaco",
         "/var/lib/aaco": "/var/lib/aaco",
     }
@@ -352,7 +354,7 @@ def test_default_sources_read_the_chart_mounts():
     config = yaml.safe_load(rendered.config_text())
     mounts = rendered.mounts()
     types = [s["type"] for s in config["sources"]]
-    assert types == ["smi", "sched", "trace_dir"]
+    assert types == ["smi", "gpu_processes", "sched", "trace_dir"]
     (spool,) = [s for s in config["sources"] if s["type"] == "trace_dir"]
     assert spool["path"] == rendered.values["traceSpool"]["mountPath"]
     assert mounts[spool["path"]]["volume"]["hostPath"]["path"] == rendered.values["traceSpool"]["hostPath"]
@@ -362,6 +364,13 @@ def test_default_sources_read_the_chart_mounts():
     assert mounts[smi["sysfs_root"]]["volume"]["hostPath"]["path"] == "/sys"
     socket_dir = str(Path(smi["kubelet_socket"]).parent)
     assert mounts[socket_dir]["volume"]["hostPath"]["path"] == rendered.values["host"]["podResources"]["hostPath"]
+    (procs,) = [s for s in config["sources"] if s["type"] == "gpu_processes"]
+    for sub in ("containers", "pods"):
+        where = f"{procs['kubelet_logs']}/{sub}"
+        assert (
+            mounts[where]["volume"]["hostPath"]["path"] == f"{rendered.values['host']['kubeletLogs']['hostPath']}/{sub}"
+        )
+    assert procs["kubelet_socket"] == smi["kubelet_socket"]
     lake = config["exporters"]["lake"]["path"]
     assert lake.startswith(rendered.values["state"]["mountPath"] + "/")
 

@@ -157,3 +157,13 @@ def test_a_process_outside_any_pod_is_its_own_and_its_slurm_job_named(tmp_path: 
     w = WorkloadResolver(proc, None).resolve(42, GPU)
     assert (w.pod, w.job, w.job_user, w.job_partition) == ("", "8812", "ana", "gpu")
     assert WorkloadResolver(proc, None).resolve(43, GPU) == Workload()  # gone: no workload
+
+
+def test_processes_named_by_index_meet_a_gpu_named_by_uuid():
+    """amd-smi's process listing names GPUs by index only; the telemetry names them by UUID."""
+    a = WorkloadsAnalyzer()
+    a.update(batch(device_rows(0, 0.0, 100.0), "smi"))
+    a.update(batch(process_rows(S, {1: 0.5}, device=GpuIdentity("0", vendor="amd")), "gpu_processes"))
+    a.update(batch(device_rows(2 * S, 50.0, 100.0), "smi"))
+    energy = {(e[1][1], e[2]): e[3] for e in a.snapshot().energy}
+    assert energy[("encode-a", "measured")] == 50.0

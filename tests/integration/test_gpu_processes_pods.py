@@ -11,7 +11,9 @@ real shared GPU, their pids replaced by the live ones.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,6 +36,8 @@ from aaco.contract.telemetry import ENERGY, POWER, GpuIdentity, GpuSample, to_ta
 from tests.conftest import skip_or_fail
 from tests.support.fake_kubelet import FakeKubelet, pod
 from tests.support.gpu_process_fakes import fake_nvml, pmon_samples
+
+from .helpers import http_get, metric_value, read_lake, start_aaco, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -150,3 +154,63 @@ def test_two_processes_on_one_gpu_are_attributed_to_their_pods(tmp_path: Path):
     )
     share_a = second[12176]["sm"] / (second[12176]["sm"] + second[20035]["sm"])
     assert energy[("encode-a", "apportioned")] == pytest.approx(68.0 * share_a)
+
+
+def test_agent_serves_each_process_s_use_of_four_gpus(tmp_path: Path, aaco_bin: str, free_port: int):
+    """``aaco agent`` on a real pmon capture of four Blackwell GPUs: series per process, rows in the lake."""
+    lake = tmp_path / "lake"
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text(
+        f"""
+node: gpu-node-1
+sources:
+  - type: gpu_processes
+    backend: file
+    file: {DATA / "pmon-candy-top-skynet2.txt"}
+    interval_s: 0.2
+    kubelet_logs: null
+    kubelet_socket: null
+exporters:
+  prometheus: {{port: {free_port}}}
+  lake: {{path: {lake}, flush_interval_s: 0.5}}
+pipeline: {{snapshot_interval_s: 0.2}}
+"""
+    )
+    proc = start_aaco(aaco_bin, "agent", "--config", str(cfg), log=tmp_path / "agent.log")
+    try:
+        url = f"http://127.0.0.1:{free_port}/metrics"
+
+        def scraped() -> str | None:
+            status, body = http_get(url)
+            return body if status == 200 and "aaco_gpu_workload_utilization_ratio{" in body else None
+
+        body = wait_for(scraped, timeout=60, what="per-workload metrics on /metrics")
+        where = {"node": "gpu-node-1", "pod": ""}
+        assert (
+            metric_value(body, "aaco_gpu_workload_utilization_ratio", gpu="0", process="sglang::schedul", **where)
+            == 0.92
+        )
+        assert (
+            metric_value(body, "aaco_gpu_workload_memory_utilization_ratio", gpu="3", process="sgl_diffusion::") == 0.7
+        )
+        assert metric_value(body, "aaco_gpu_workload_memory_used_bytes", gpu="2", process="python3") == 550 * 2**20
+        assert metric_value(body, "aaco_gpu_workload_processes", gpu="2", process="sgl_diffusion::") == 1.0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    assert proc.returncode == 0, (tmp_path / "agent.log").read_text()[-3000:]
+    rows = [r for r in read_lake(lake, "telemetry").to_pylist() if r["metric"] == m.PROCESS_UTILIZATION]
+    assert {(r["device"], dict(r["attributes"])[ATTR_PID]) for r in rows} == {
+        ("0", "2094147"),
+        ("1", "2094383"),
+        ("2", "377306"),
+        ("2", "377813"),
+        ("3", "377306"),
+        ("3", "377814"),
+    }
+    analysis = json.loads((lake / "analysis.json").read_text())
+    assert {w["process"] for w in analysis["workloads"]["workloads"]} == {
+        "sglang::schedul",
+        "python3",
+        "sgl_diffusion::",
+    }

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from . import agent_health, fleet, gpu_health, gpu_node, jobs, scheduler, serving, workload
+from . import agent_health, fleet, gpu_health, gpu_node, jobs, scheduler, serving, shared_gpus, workload
 from .lib import TRACE_PLUGINS, Spec, build
 
 HERE: Final = Path(__file__).resolve().parent
@@ -32,6 +32,7 @@ DASHBOARDS: Final[dict[str, Callable[[str], Spec]]] = {
     "serving": serving.spec,
     "jobs": jobs.spec,
     "gpu-health": gpu_health.spec,
+    "shared-gpus": shared_gpus.spec,
 }
 
 

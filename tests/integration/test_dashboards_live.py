@@ -13,7 +13,7 @@ Then every query of every dashboard panel runs against Prometheus, as Grafana wo
 (variables set to ``.*``, intervals to ``1m``): at least 90 % return data, and every empty one has
 a known reason (listed in the report this test prints). An alert is forced to fire for real: the
 test rewrites the A100 capture the demo's telemetry source reads (the agent runs in a working
-directory with a copy of examples/data) so the GPU reports two uncorrectable ECC errors, and
+directory with a copy of examples/data and the demo's Slurm job mapping) so the GPU reports two uncorrectable ECC errors, and
 AacoGpuUncorrectableErrors must reach Alertmanager's API with its labels and runbook. Also checked:
 no rule fails to evaluate, the SLO breach alert turns pending for an SLO the demo cannot meet, the
 latency exemplars in Prometheus carry trace IDs of traces the OTLP receiver got.
@@ -145,6 +145,7 @@ def test_dashboards_against_the_live_demo(tmp_path: Path, aaco_bin: str):
 
     workdir = tmp_path / "work"
     shutil.copytree(ROOT / "examples" / "data", workdir / "examples" / "data")
+    shutil.copytree(ROOT / "examples" / "slurm-jobs", workdir / "examples" / "slurm-jobs")  # the demo's Slurm jobs
     # An SLO the demo cannot meet, provided from outside the project's rules as recording.yaml allows.
     slo = tmp_path / "provided-slo.yaml"
     slo.write_text(

@@ -86,6 +86,15 @@ REQUIRED = {
         "xid",
         "activity",
     ],
+    "shared-gpus.json": [
+        "workloads on each gpu and slice",
+        "sm share by workload",
+        "device memory by workload",
+        "memory used of each slice",
+        "power by workload",
+        "energy by workload",
+        "slurm jobs on gpus",
+    ],
 }
 
 
@@ -126,6 +135,7 @@ def test_the_dashboards_exist_with_unique_uids():
         "AACO / LLM serving",
         "AACO / Training jobs",
         "AACO / GPU health",
+        "AACO / Shared GPUs",
     }
 
 

@@ -23,7 +23,8 @@ from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_v
 from aaco.agent.sources.base import Source, SourceContext
 from aaco.agent.sources.gpu_procs.backends import open_backend
 from aaco.agent.sources.gpu_procs.workloads import KubeletLogs, WorkloadResolver
-from aaco.agent.sources.smi.backends import Backend, BackendOptions
+from aaco.agent.sources.smi import pods
+from aaco.agent.sources.smi.backends import Backend, BackendOptions, open_for
 from aaco.agent.sources.smi.calls import BackendError
 from aaco.agent.sources.smi.pods import DEFAULT_SOCKET, GPU_RESOURCES, Owner, PodAttribution
 from aaco.agent.sources.smi.tracker import FixedRate
@@ -110,21 +111,18 @@ class GpuProcessesSource(Source):
     def run(self, ctx: SourceContext) -> None:
         """Sample until stopped (or ``samples`` taken); a backend that cannot be opened is a fatal problem."""
         cfg = self.config
-        try:
-            self.backend = open_backend(cfg.backend, self.options)
-        except (BackendError, TelemetryFormatError) as exc:
-            reason = getattr(exc, "reason", "unreadable")
-            ctx.problem(self.name, exc.subject or self.name, reason, exc.message, fatal=True, count=1)
+        self.backend = open_for(ctx, self.name, cfg.backend, self.options, open_backend)
+        if self.backend is None:
             return
         log.info("%s: GPU processes from %s every %gs", self.name, self.backend.name, cfg.interval_s)
         if cfg.kubelet_socket is not None:
-            self.pods = PodAttribution(
+            self.pods = pods.for_source(
+                ctx,
+                self.name,
                 cfg.kubelet_socket,
                 refresh_s=cfg.refresh_s,
                 timeout_s=cfg.timeout_s,
                 resources=GPU_RESOURCES,
-                stale_after_s=6 * cfg.refresh_s,
-                on_error=lambda reason, msg: ctx.problem(self.name, "kubelet", reason, msg, fatal=False, count=1),
             )
         rate = FixedRate(cfg.interval_s)
         try:

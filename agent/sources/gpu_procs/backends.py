@@ -12,13 +12,14 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import replace
+from pathlib import Path
 from typing import Final
 
 import orjson
 
 from aaco.agent.sources.gpu_procs import amd, nvidia_smi
 from aaco.agent.sources.gpu_procs.nvml import NvmlProcessReader
-from aaco.agent.sources.smi.backends import Backend, BackendOptions, LibraryBackend
+from aaco.agent.sources.smi.backends import Backend, BackendOptions, LibraryBackend, capture_file
 from aaco.agent.sources.smi.calls import BackendError, run_tool
 from aaco.agent.sources.smi.capture import load
 from aaco.agent.sources.smi.values import TelemetryFormatError
@@ -53,9 +54,8 @@ class FileBackend(Backend):
 
     name = "file"
 
-    def __init__(self, opts: BackendOptions) -> None:
-        assert opts.file is not None
-        self.path = opts.file
+    def __init__(self, path: Path) -> None:
+        self.path = path
         self.rates = amd.EngineRates()
 
     def sample(self) -> ProcessSnapshot:  # type: ignore[override]
@@ -132,11 +132,7 @@ def open_backend(name: str, opts: BackendOptions) -> Backend:
 
 def _open(name: str, opts: BackendOptions) -> Backend:
     if name == "file":
-        if opts.file is None:
-            raise BackendError("the file backend needs a capture file", subject="file", reason="config")
-        if not opts.file.is_file():
-            raise BackendError("no such capture file", subject=os.fspath(opts.file), reason="missing")
-        return FileBackend(opts)
+        return FileBackend(capture_file(opts))
     if name == "nvml":
         return LibraryBackend(name, "pynvml", opts, make_reader=NvmlProcessReader)
     if name == "amdsmi":

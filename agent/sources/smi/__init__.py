@@ -26,7 +26,8 @@ from typing import Literal
 from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from aaco.agent.sources.base import Source, SourceContext
-from aaco.agent.sources.smi.backends import Backend, BackendName, BackendOptions, open_backend
+from aaco.agent.sources.smi import pods
+from aaco.agent.sources.smi.backends import Backend, BackendName, BackendOptions, open_backend, open_for
 from aaco.agent.sources.smi.calls import BackendError
 from aaco.agent.sources.smi.counters_guard import DEFAULT_PROFILERS
 from aaco.agent.sources.smi.pods import DEFAULT_SOCKET, GPU_RESOURCES, PodAttribution
@@ -168,21 +169,18 @@ class SmiSource(Source):
     def run(self, ctx: SourceContext) -> None:
         """Sample until stopped (or ``samples`` taken); a backend that cannot be opened is a fatal problem."""
         cfg = self.config
-        try:
-            self.backend = open_backend(cfg.backend, self.options)
-        except (BackendError, TelemetryFormatError) as exc:
-            reason = getattr(exc, "reason", "unreadable")
-            ctx.problem(self.name, exc.subject or self.name, reason, exc.message, fatal=True, count=1)
+        self.backend = open_for(ctx, self.name, cfg.backend, self.options, open_backend)
+        if self.backend is None:
             return
         log.info("%s: GPU telemetry from %s every %gs", self.name, self.backend.name, cfg.interval_s)
         if cfg.kubelet_socket is not None:
-            self.pods = PodAttribution(
+            self.pods = pods.for_source(
+                ctx,
+                self.name,
                 cfg.kubelet_socket,
                 refresh_s=cfg.pod_refresh_s,
                 timeout_s=cfg.timeout_s,
                 resources=cfg.gpu_resources,
-                stale_after_s=6 * cfg.pod_refresh_s,
-                on_error=lambda reason, msg: ctx.problem(self.name, "kubelet", reason, msg, fatal=False, count=1),
             )
         self.rate = FixedRate(cfg.interval_s)
         try:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import orjson
 
@@ -38,6 +38,9 @@ from aaco.agent.sources.smi.sysfs import SysfsReader, amd_cards
 from aaco.agent.sources.smi.sysfs_tree import DirTree
 from aaco.agent.sources.smi.values import TelemetryFormatError
 from aaco.contract.telemetry import GpuIdentity, Snapshot
+
+if TYPE_CHECKING:
+    from aaco.agent.sources.base import SourceContext
 
 BackendName = Literal["auto", "amdsmi", "amd-smi", "rocm-smi", "sysfs", "nvml", "nvidia-smi", "file"]
 BACKENDS: Final = ("auto", "amdsmi", "amd-smi", "rocm-smi", "sysfs", "nvml", "nvidia-smi", "file")
@@ -272,13 +275,18 @@ def open_backend(name: str, opts: BackendOptions) -> Backend:
     return _open(name, opts)
 
 
+def capture_file(opts: BackendOptions) -> Path:
+    """The ``file`` backend's capture; ``BackendError`` when none is set or it is not there."""
+    if opts.file is None:
+        raise BackendError("the file backend needs a capture file", subject="file", reason="config")
+    if not opts.file.is_file():
+        raise BackendError("no such capture file", subject=os.fspath(opts.file), reason="missing")
+    return opts.file
+
+
 def _open(name: str, opts: BackendOptions) -> Backend:
     if name == "file":
-        if opts.file is None:
-            raise BackendError("the file backend needs a capture file", subject="file", reason="config")
-        if not opts.file.is_file():
-            raise BackendError("no such capture file", subject=os.fspath(opts.file), reason="missing")
-        return CaptureBackend(opts.file, opts.timeout_s)
+        return CaptureBackend(capture_file(opts), opts.timeout_s)
     if name == "sysfs":
         if not amd_cards(DirTree(opts.sysfs_root)) and not (opts.sysfs_root / "class" / "drm").is_dir():
             raise BackendError(f"no {os.fspath(opts.sysfs_root / 'class' / 'drm')}", subject="sysfs", reason="missing")
@@ -296,3 +304,15 @@ def _open(name: str, opts: BackendOptions) -> Backend:
     if name == "rocm-smi":
         return ToolBackend(name, [path, *ROCM_SMI_ARGS], _json(parse_rocm_smi), opts.timeout_s)
     return ToolBackend(name, [path, "-q", "-x"], parse_nvidia_smi, opts.timeout_s)
+
+
+def open_for(
+    ctx: SourceContext, source: str, name: str, opts: BackendOptions, opener: Callable[[str, BackendOptions], Backend]
+) -> Backend | None:
+    """``opener(name, opts)`` for a source; None, with a fatal problem of the source, when none could be opened."""
+    try:
+        return opener(name, opts)
+    except (BackendError, TelemetryFormatError) as exc:
+        reason = getattr(exc, "reason", "unreadable")
+        ctx.problem(source, exc.subject or source, reason, exc.message, fatal=True, count=1)
+        return None

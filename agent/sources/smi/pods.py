@@ -33,6 +33,7 @@ from aaco.contract.telemetry import ATTR_CONTAINER, ATTR_NAMESPACE, ATTR_POD, Gp
 if TYPE_CHECKING:  # gRPC and the stubs load when the kubelet is first asked, not when the agent starts
     import grpc
 
+    from aaco.agent.sources.base import SourceContext
     from aaco.agent.sources.smi.podresources import api_pb2, api_pb2_grpc
 
 log = logging.getLogger("aaco.sources.smi.pods")
@@ -216,3 +217,17 @@ class PodAttribution:
     def close(self) -> None:
         """Close the connection."""
         self._close_channel()
+
+
+def for_source(
+    ctx: SourceContext, source: str, socket: Path, *, refresh_s: float, timeout_s: float, resources: Iterable[str]
+) -> PodAttribution:
+    """The attribution a source runs with: the kubelet's failures counted as the source's (not fatal)."""
+    return PodAttribution(
+        socket,
+        refresh_s=refresh_s,
+        timeout_s=timeout_s,
+        resources=resources,
+        stale_after_s=6 * refresh_s,
+        on_error=lambda reason, msg: ctx.problem(source, "kubelet", reason, msg, fatal=False, count=1),
+    )

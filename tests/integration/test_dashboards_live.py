@@ -13,10 +13,11 @@ Then every query of every dashboard panel runs against Prometheus, as Grafana wo
 (variables set to ``.*``, intervals to ``1m``): at least 90 % return data, and every empty one has
 a known reason (listed in the report this test prints). An alert is forced to fire for real: the
 test rewrites the A100 capture the demo's telemetry source reads (the agent runs in a working
-directory with a copy of examples/data and the demo's Slurm job mapping) so the GPU reports two uncorrectable ECC errors, and
-AacoGpuUncorrectableErrors must reach Alertmanager's API with its labels and runbook. Also checked:
-no rule fails to evaluate, the SLO breach alert turns pending for an SLO the demo cannot meet, the
-latency exemplars in Prometheus carry trace IDs of traces the OTLP receiver got.
+directory with a copy of examples/data and the demo's Slurm job mapping) so the GPU reports two
+uncorrectable ECC errors, and AacoGpuUncorrectableErrors must reach Alertmanager's API with its
+labels and runbook. Also checked: no rule fails to evaluate, the SLO breach alert turns pending for
+an SLO the demo cannot meet, the latency exemplars in Prometheus carry trace IDs of traces the OTLP
+receiver got.
 """
 
 from __future__ import annotations

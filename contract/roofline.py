@@ -1,0 +1,157 @@
+"""Work per kernel from AMD hardware counters: FLOPs by kind, bytes at LDS, L1, L2 and HBM, arithmetic intensity.
+
+The formulas are rocprof-compute's (``src/utils/roofline_calc.py``, ``calc_ai``, at commit 95b600ea;
+docs/counters.md), per dispatch, then averaged over a kernel's calls:
+
+- VALU FLOPs per precision p (F16, F32, F64): ``64 * (SQ_INSTS_VALU_ADD_p + SQ_INSTS_VALU_MUL_p + 2 *
+  SQ_INSTS_VALU_FMA_p + SQ_INSTS_VALU_TRANS_p)`` (64 lanes per wavefront instruction, an FMA two);
+- MFMA FLOPs per type t (F16, BF16, F32, F64; I8 as integer ops): ``512 * SQ_INSTS_VALU_MFMA_MOPS_t``;
+- total FLOPs: the three VALU terms and the four MFMA floating-point terms;
+- LDS bytes: ``(SQ_LDS_IDX_ACTIVE - SQ_LDS_BANK_CONFLICT) * 4 * lds_banks_per_cu``;
+- L1 (vL1D) bytes: ``64 * TCP_TOTAL_CACHE_ACCESSES_sum``;
+- L2 bytes: ``64 * (TCP_TCC_WRITE_REQ_sum + TCP_TCC_ATOMIC_WITH_RET_REQ_sum +
+  TCP_TCC_ATOMIC_WITHOUT_RET_REQ_sum + TCP_TCC_READ_REQ_sum)``;
+- HBM bytes on MI200: ``32 * TCC_EA_RDREQ_32B_sum + 64 * (TCC_EA_RDREQ_sum - TCC_EA_RDREQ_32B_sum) +
+  64 * TCC_EA_WRREQ_64B_sum + 32 * (TCC_EA_WRREQ_sum - TCC_EA_WRREQ_64B_sum)``; on the others (MI300):
+  ``128 * TCC_BUBBLE_sum + 32 * TCC_EA0_RDREQ_32B_sum + 64 * (TCC_EA0_RDREQ_sum - TCC_BUBBLE_sum -
+  TCC_EA0_RDREQ_32B_sum) + 32 * (TCC_EA0_WRREQ_sum - TCC_EA0_WRREQ_64B_sum) + 64 * TCC_EA0_WRREQ_64B_sum``.
+
+As in ``calc_ai``, a term whose counters a dispatch lacks adds nothing for that dispatch (the MFMA
+terms one after the other, in the order above, until one is missing); arithmetic intensity at a
+level is total FLOPs over that level's bytes (0 without bytes), and the achieved rate total FLOPs
+over the mean duration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from aaco.contract.counters import Dispatch
+
+PRECISIONS: Final = ("F16", "F32", "F64")
+MFMA: Final = ("F16", "BF16", "F32", "F64", "I8")
+L2_REQUESTS: Final = (
+    "TCP_TCC_WRITE_REQ_sum",
+    "TCP_TCC_ATOMIC_WITH_RET_REQ_sum",
+    "TCP_TCC_ATOMIC_WITHOUT_RET_REQ_sum",
+    "TCP_TCC_READ_REQ_sum",
+)
+
+
+class _Missing(Exception):  # noqa: N818 - control flow: a counter the dispatch lacks, as calc_ai's KeyError
+    pass
+
+
+def _get(c: Mapping[str, float], name: str) -> float:
+    try:
+        return c[name]
+    except KeyError:
+        raise _Missing from None
+
+
+def _valu(c: Mapping[str, float], p: str) -> float:
+    return 64 * (
+        _get(c, f"SQ_INSTS_VALU_ADD_{p}")
+        + _get(c, f"SQ_INSTS_VALU_MUL_{p}")
+        + 2 * _get(c, f"SQ_INSTS_VALU_FMA_{p}")
+        + _get(c, f"SQ_INSTS_VALU_TRANS_{p}")
+    )
+
+
+def _hbm(c: Mapping[str, float], series: str) -> float:
+    if series == "MI200":
+        rd32, rd = _get(c, "TCC_EA_RDREQ_32B_sum"), _get(c, "TCC_EA_RDREQ_sum")
+        wr64, wr = _get(c, "TCC_EA_WRREQ_64B_sum"), _get(c, "TCC_EA_WRREQ_sum")
+        return rd32 * 32 + (rd - rd32) * 64 + wr64 * 64 + (wr - wr64) * 32
+    bubble, rd32, rd = _get(c, "TCC_BUBBLE_sum"), _get(c, "TCC_EA0_RDREQ_32B_sum"), _get(c, "TCC_EA0_RDREQ_sum")
+    wr64, wr = _get(c, "TCC_EA0_WRREQ_64B_sum"), _get(c, "TCC_EA0_WRREQ_sum")
+    return bubble * 128 + rd32 * 32 + (rd - bubble - rd32) * 64 + (wr - wr64) * 32 + wr64 * 64
+
+
+@dataclass
+class KernelWork:
+    """A kernel's work per call (FLOPs, bytes), its calls and its time (ns)."""
+
+    kernel: str
+    calls: int = 0
+    total_flops: float = 0.0
+    valu_flops: float = 0.0
+    mfma_flops_f16: float = 0.0
+    mfma_flops_bf16: float = 0.0
+    mfma_flops_f32: float = 0.0
+    mfma_flops_f64: float = 0.0
+    mfma_iops_i8: float = 0.0
+    lds_bytes: float = 0.0
+    l1_bytes: float = 0.0
+    l2_bytes: float = 0.0
+    hbm_bytes: float = 0.0
+    total_duration_ns: float = 0.0
+
+    @property
+    def avg_duration_ns(self) -> float:
+        """Mean duration of a call."""
+        return self.total_duration_ns / self.calls if self.calls else 0.0
+
+    def intensity(self, level: str) -> float:
+        """FLOPs per byte at ``level`` (lds, l1, l2, hbm); 0 without bytes there."""
+        moved = getattr(self, f"{level}_bytes")
+        return self.total_flops / moved if moved else 0.0
+
+    @property
+    def flops_per_s(self) -> float:
+        """Achieved FLOP/s (0 without a duration)."""
+        avg = self.avg_duration_ns
+        return self.total_flops / avg * 1e9 if avg else 0.0
+
+
+def _add(w: KernelWork, c: Mapping[str, float], series: str, lds_banks_per_cu: float) -> None:
+    """One dispatch's counters into its kernel's sums (each term all or nothing, as calc_ai)."""
+    with contextlib.suppress(_Missing):
+        valu = sum(_valu(c, p) for p in PRECISIONS)
+        w.total_flops += valu + sum(_get(c, f"SQ_INSTS_VALU_MFMA_MOPS_{t}") * 512 for t in MFMA[:4])
+    with contextlib.suppress(_Missing):
+        w.valu_flops += sum(_valu(c, p) for p in PRECISIONS)
+    with contextlib.suppress(_Missing):  # one after the other until one is missing
+        for t in MFMA:
+            value = _get(c, f"SQ_INSTS_VALU_MFMA_MOPS_{t}") * 512
+            name = "mfma_iops_i8" if t == "I8" else f"mfma_flops_{t.lower()}"
+            setattr(w, name, getattr(w, name) + value)
+    for attr, term in (
+        ("lds_bytes", lambda: (_get(c, "SQ_LDS_IDX_ACTIVE") - _get(c, "SQ_LDS_BANK_CONFLICT")) * 4 * lds_banks_per_cu),
+        ("l1_bytes", lambda: _get(c, "TCP_TOTAL_CACHE_ACCESSES_sum") * 64),
+        ("l2_bytes", lambda: sum(_get(c, n) * 64 for n in L2_REQUESTS)),
+        ("hbm_bytes", lambda: _hbm(c, series)),
+    ):
+        with contextlib.suppress(_Missing):
+            setattr(w, attr, getattr(w, attr) + term())
+
+
+def kernel_work(dispatches: Iterable[Dispatch], series: str, lds_banks_per_cu: float) -> list[KernelWork]:
+    """Per kernel (by name), its work per call; ``series`` picks the HBM formula (``MI200``, else MI300's)."""
+    sums: dict[str, KernelWork] = {}
+    for d in dispatches:
+        w = sums.setdefault(d.kernel, KernelWork(d.kernel))
+        _add(w, d.counters, series, lds_banks_per_cu)
+        w.total_duration_ns += d.end_ns - d.start_ns
+        w.calls += 1
+    out = []
+    for w in sums.values():
+        for name in (
+            "total_flops",
+            "valu_flops",
+            "mfma_flops_f16",
+            "mfma_flops_bf16",
+            "mfma_flops_f32",
+            "mfma_flops_f64",
+            "mfma_iops_i8",
+            "lds_bytes",
+            "l1_bytes",
+            "l2_bytes",
+            "hbm_bytes",
+        ):
+            setattr(w, name, getattr(w, name) / w.calls)
+        out.append(w)
+    return out

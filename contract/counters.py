@@ -10,21 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Final, NamedTuple
-
-import pyarrow as pa
-
-COLUMNS: Final = (
-    ("start_ns", pa.int64()),
-    ("end_ns", pa.int64()),
-    ("pid", pa.int64()),
-    ("device", pa.string()),
-    ("dispatch_id", pa.int64()),
-    ("correlation_id", pa.int64()),
-    ("kernel", pa.string()),
-    ("counter", pa.string()),
-    ("value", pa.float64()),
-)
+from typing import NamedTuple
 
 
 class CounterRow(NamedTuple):
@@ -39,12 +25,6 @@ class CounterRow(NamedTuple):
     kernel: str
     counter: str
     value: float
-
-
-def to_table(rows: Iterable[CounterRow]) -> pa.Table:
-    """The rows as a table of ``COLUMNS``."""
-    cols = list(zip(*rows, strict=True)) or [()] * len(COLUMNS)
-    return pa.table({name: pa.array(col, kind) for (name, kind), col in zip(COLUMNS, cols, strict=True)})
 
 
 @dataclass

@@ -79,6 +79,9 @@ class KernelWork:
     calls: int = 0
     total_flops: float = 0.0
     valu_flops: float = 0.0
+    valu_flops_f16: float = 0.0
+    valu_flops_f32: float = 0.0
+    valu_flops_f64: float = 0.0
     mfma_flops_f16: float = 0.0
     mfma_flops_bf16: float = 0.0
     mfma_flops_f32: float = 0.0
@@ -114,6 +117,9 @@ def _add(w: KernelWork, c: Mapping[str, float], series: str, lds_banks_per_cu: f
         w.total_flops += valu + sum(_get(c, f"SQ_INSTS_VALU_MFMA_MOPS_{t}") * 512 for t in MFMA[:4])
     with contextlib.suppress(_Missing):
         w.valu_flops += sum(_valu(c, p) for p in PRECISIONS)
+    for p in PRECISIONS:  # by precision too (not in calc_ai): which ceiling a kernel is placed under
+        with contextlib.suppress(_Missing):
+            setattr(w, f"valu_flops_{p.lower()}", getattr(w, f"valu_flops_{p.lower()}") + _valu(c, p))
     with contextlib.suppress(_Missing):  # one after the other until one is missing
         for t in MFMA:
             value = _get(c, f"SQ_INSTS_VALU_MFMA_MOPS_{t}") * 512
@@ -142,6 +148,9 @@ def kernel_work(dispatches: Iterable[Dispatch], series: str, lds_banks_per_cu: f
         for name in (
             "total_flops",
             "valu_flops",
+            "valu_flops_f16",
+            "valu_flops_f32",
+            "valu_flops_f64",
             "mfma_flops_f16",
             "mfma_flops_bf16",
             "mfma_flops_f32",
@@ -155,3 +164,46 @@ def kernel_work(dispatches: Iterable[Dispatch], series: str, lds_banks_per_cu: f
             setattr(w, name, getattr(w, name) / w.calls)
         out.append(w)
     return out
+
+
+# A kernel's FLOP kind -> the ceiling it is placed under (rocprof-compute's roofline.csv names, GFLOP/s).
+# VALU FP16 has no measured ceiling there: it is placed under FP32's (a packed FP16 peak is twice that).
+CEILINGS: Final = {
+    "valu_flops_f16": "FP32Flops",
+    "valu_flops_f32": "FP32Flops",
+    "valu_flops_f64": "FP64Flops",
+    "mfma_flops_f16": "MFMAF16Flops",
+    "mfma_flops_bf16": "MFMABF16Flops",
+    "mfma_flops_f32": "MFMAF32Flops",
+    "mfma_flops_f64": "MFMAF64Flops",
+    "mfma_iops_i8": "MFMAI8Ops",
+}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a kernel sits under its roofline: which roof bounds it and how near it comes to that roof."""
+
+    bound: str  # memory | compute
+    ceiling: str  # the compute ceiling it is placed under (CEILINGS' values)
+    roof_fraction: float  # achieved over the roof that bounds it (HBM bandwidth, or the compute ceiling)
+    ridge_ai: float  # FLOP/byte where the HBM roof meets the compute ceiling
+
+
+def place(w: KernelWork, peaks: Mapping[str, float]) -> Placement | None:
+    """The kernel against ``peaks`` (GB/s and GFLOP/s by roofline.csv name: ``HBMBw``, ``FP32Flops`` ...).
+
+    Its ceiling is that of its largest kind of work (FP32 for a kernel without FLOPs); it is
+    memory-bound when its HBM arithmetic intensity is left of the ridge point, and its fraction is then
+    its HBM bandwidth over the peak, else its FLOP/s over the ceiling. None without the HBM peak or
+    that ceiling, without a duration, or without HBM bytes (a capture without HBM counters: MI100's).
+    """
+    kind = max(CEILINGS, key=lambda k: getattr(w, k))
+    ceiling = CEILINGS[kind] if getattr(w, kind) > 0 else "FP32Flops"
+    hbm, top = peaks.get("HBMBw"), peaks.get(ceiling)
+    if not hbm or not top or not w.avg_duration_ns or not w.hbm_bytes:
+        return None
+    ridge = top / hbm  # GFLOP/s over GB/s: FLOP/byte
+    if w.intensity("hbm") < ridge:
+        return Placement("memory", ceiling, w.hbm_bytes / w.avg_duration_ns / hbm, ridge)  # bytes/ns is GB/s
+    return Placement("compute", ceiling, w.flops_per_s / 1e9 / top, ridge)

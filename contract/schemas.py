@@ -201,6 +201,28 @@ REQUESTS: Final = _schema(
     ],
 )
 
+# Hardware counters (docs/counters.md): one row per kernel dispatch and counter, joined to the kernel rows
+# by the dispatch (correlation id where the capture has one, else dispatch id, device and process).
+COUNTERS: Final = _schema(
+    [
+        ("start_ns", I64),  # the dispatch's; the capture file's time where the capture does not time it
+        ("end_ns", I64),
+        ("node", STR),
+        ("pid", I64),
+        ("device", STR),
+        ("dispatch_id", I64),
+        ("kernel", STR),
+        ("counter", STR),
+        ("value", F64),
+        ("source", STR),
+    ],
+    [
+        ("correlation_id", I64),
+        ("arch", STR),  # the GPU's architecture (gfx90a, gfx942): which formulas apply (contract/roofline.py)
+        ("run_id", STR),
+    ],
+)
+
 SCHEMAS: Final[dict[str, pa.Schema]] = {
     "kernels": KERNELS,
     "iterations": ITERATIONS,
@@ -208,6 +230,7 @@ SCHEMAS: Final[dict[str, pa.Schema]] = {
     "sched": SCHED,
     "findings": FINDINGS,
     "requests": REQUESTS,
+    "counters": COUNTERS,
 }
 
 REQUIRED: Final[dict[str, tuple[str, ...]]] = {
@@ -217,6 +240,7 @@ REQUIRED: Final[dict[str, tuple[str, ...]]] = {
     "sched": tuple(SCHED.names[:8]),
     "findings": tuple(FINDINGS.names[:8]),
     "requests": tuple(REQUESTS.names[:7]),
+    "counters": tuple(COUNTERS.names[:10]),
 }
 
 # The column that places an event in time (and so in a date= partition).
@@ -227,6 +251,7 @@ TIME_COLUMN: Final[dict[str, str]] = {
     "sched": "ts_ns",
     "findings": "ts_ns",
     "requests": "start_ns",
+    "counters": "start_ns",
 }
 
 

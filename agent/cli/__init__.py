@@ -21,7 +21,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from aaco.agent.cli import capture, fleet, graph, health, info, run, sched, telemetry, verdict
+from aaco.agent.cli import capture, fleet, graph, health, info, roofline, run, sched, telemetry, verdict
 from aaco.agent.cli.common import widen_help
 from aaco.agent.cli.config import config_app
 from aaco.contract.version import version as aaco_version
@@ -101,6 +101,7 @@ app.add_typer(fleet.fleet_app, name="fleet")
 app.command()(sched.sched)
 app.command()(telemetry.telemetry)
 app.command()(health.health)
+app.command()(roofline.roofline)
 app.add_typer(config_app, name="config")
 app.command()(graph.graph)
 app.command()(info.metrics)

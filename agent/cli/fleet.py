@@ -32,7 +32,7 @@ Since = Annotated[
 ]
 
 
-def _query(lake: str, since: str | None, ask: Callable[[Any], Any]) -> Any:
+def query_lake(lake: str, since: str | None, ask: Callable[[Any], Any]) -> Any:
     """Open the lake, ask one question, and turn a bad lake or duration into one error line (exit 2)."""
     from aaco.agent.cli.runner import keep_pandas_out
 
@@ -88,7 +88,7 @@ def summary(lake: LakeUrl, since: Since = None, as_json: AsJson = False) -> None
     """Per node: kernels, iterations and models."""
     from aaco.agent.fleet import queries
 
-    rows = _query(lake, since, queries.summary)
+    rows = query_lake(lake, since, queries.summary)
     _print(
         rows,
         as_json,
@@ -102,7 +102,7 @@ def nodes(lake: LakeUrl, since: Since = None, as_json: AsJson = False) -> None:
     """Per node: kernels, devices, GPU busy s, span, device active ratio, throttled share, top kernel families."""
     from aaco.agent.fleet import queries
 
-    rows = _query(lake, since, queries.nodes)
+    rows = query_lake(lake, since, queries.nodes)
     cols = [
         ("node", "node"),
         ("kernels", "kernels"),
@@ -135,12 +135,12 @@ def models(
     if by_version:
         from aaco.contract.versions import FIELDS as VERSION_FIELDS
 
-        rows = _query(lake, since, queries.models_by_version)
+        rows = query_lake(lake, since, queries.models_by_version)
         cols = [("model", "model"), ("node", "node"), *((f, f) for f in VERSION_FIELDS if f != "aaco_version")]
         cols += [("iterations", "iterations"), ("p50 s", "p50_s"), ("p95 s", "p95_s"), ("p99 s", "p99_s")]
         _print(rows, as_json, cols, "models by version", text=frozenset(VERSION_FIELDS))
         return
-    rows = _query(lake, since, queries.models)
+    rows = query_lake(lake, since, queries.models)
     cols = [
         ("model", "model"),
         ("node", "node"),
@@ -162,7 +162,7 @@ def families(lake: LakeUrl, since: Since = None, as_json: AsJson = False) -> Non
     """Per node, model and kernel family: kernels, GPU time and its share of the model's kernel time."""
     from aaco.agent.fleet import queries
 
-    rows = _query(lake, since, queries.families)
+    rows = query_lake(lake, since, queries.families)
     cols = [
         ("node", "node"),
         ("model", "model"),
@@ -179,7 +179,7 @@ def outliers(lake: LakeUrl, since: Since = None, as_json: AsJson = False) -> Non
     """Nodes whose p95 latency for a model sits far from the fleet's (modified z-score, docs/fleet.md)."""
     from aaco.agent.fleet import queries
 
-    rows, scope = _query(lake, since, lambda con: (queries.outliers(con), queries.outlier_scope(con)))
+    rows, scope = query_lake(lake, since, lambda con: (queries.outliers(con), queries.outlier_scope(con)))
     if not rows and not as_json:
         print_note(_no_outliers(scope, queries.MIN_NODES))
         return
@@ -213,7 +213,7 @@ def jobs(lake: LakeUrl, since: Since = None, as_json: AsJson = False) -> None:
     """Per training job: ranks and nodes, step p50/p95, HTA's breakdown, overlap and critical path, collectives."""
     from aaco.agent.fleet import jobs as fleet_jobs
 
-    doc = _query(lake, since, fleet_jobs.jobs)
+    doc = query_lake(lake, since, fleet_jobs.jobs)
     if as_json:
         typer.echo(json.dumps(doc))
         return

@@ -26,7 +26,7 @@ from aaco.contract.errors import AacoError
 from aaco.contract.schemas import SCHEMAS, TIME_COLUMN
 from aaco.contract.stores import Store, StoreError, explain, open_store
 
-KINDS = ("kernels", "iterations", "telemetry")
+KINDS = ("kernels", "iterations", "telemetry", "counters")
 TABLES = (*KINDS, versions.KIND)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
@@ -78,7 +78,7 @@ def list_parts(store: Store, kind: str) -> list[str]:
 def _lakes(store: Store) -> list[tuple[Store, dict[str, list[str]]]]:
     """The lake at ``store``'s base, or else the lakes one level below it (a folder of nodes' lakes), with their parts.
 
-    Only lakes holding a kernels, iterations or telemetry part count; none found is an empty list.
+    Only lakes holding a kernels, iterations, telemetry or counters part count; none found is an empty list.
     """
     parts = {kind: list_parts(store, kind) for kind in TABLES}
     if any(parts[kind] for kind in KINDS):
@@ -109,7 +109,8 @@ def _check_root(store: Store, found_any: bool) -> None:
     if not found_any:
         where = store.url if store.remote else store.base
         raise FleetError(
-            f"{where}: no kernels, iterations or telemetry parts, here or in the folders one level down: not a lake",
+            f"{where}: no kernels, iterations, telemetry or counters parts, here or in the folders one level down: "
+            "not a lake",
             subject="--lake",
         )
 

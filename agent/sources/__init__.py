@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aaco.agent.sources import capture, gpu_procs, replay, smi, trace_dir, xid
+from aaco.agent.sources import capture, counters, gpu_procs, replay, smi, trace_dir, xid
 from aaco.agent.sources.base import Source
 from aaco.agent.sources.ort import llm_source
 from aaco.agent.sources.ort import source as ort
@@ -12,6 +12,7 @@ from aaco.contract.component import Registry
 # type -> (config model, factory). The config union in aaco.agent.config is built from this registry.
 SOURCES = Registry[Source]("source")
 SOURCES.register("capture", capture.CaptureConfig, capture.create)
+SOURCES.register("counters", counters.CountersSourceConfig, counters.create)
 SOURCES.register("gpu_processes", gpu_procs.GpuProcessesSourceConfig, gpu_procs.create)
 SOURCES.register("llm_requests", llm_source.LlmRequestsConfig, llm_source.create)
 SOURCES.register("ort", ort.OrtSourceConfig, ort.create)

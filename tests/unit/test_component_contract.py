@@ -85,6 +85,7 @@ SOURCE_CASES: dict[str, Callable[[Path], dict[str, Any]]] = {
         "min_gap_s": 0,
         "targets": [SLEEPER[0]],
     },
+    "counters": lambda tmp: {"paths": [str(ROOT / "tests" / "data" / "rocprof-compute" / "vcopy" / "MI200")]},
     "gpu_processes": lambda tmp: {  # a real pmon capture of five processes sharing a GPU
         "backend": "file",
         "file": str(ROOT / "tests" / "data" / "gpu-processes" / "pmon-datarhei-process_1.txt"),

@@ -27,6 +27,18 @@ DESIGN_REQUIRED = {
     "iterations": ("start_ns", "end_ns", "node", "pid", "model", "run_id", "trace_id", "span_id", "source"),
     "findings": ("ts_ns", "node", "analyzer", "subject", "severity", "confidence", "summary", "evidence_json"),
     "requests": ("start_ns", "end_ns", "node", "model", "trace_id", "span_id", "source"),
+    "counters": (
+        "start_ns",
+        "end_ns",
+        "node",
+        "pid",
+        "device",
+        "dispatch_id",
+        "kernel",
+        "counter",
+        "value",
+        "source",
+    ),
 }
 
 SAMPLE_VALUES = {pa.int64(): 1, pa.float64(): 1.5, pa.string(): "x"}

@@ -1,1 +1,129 @@
-"""Hardware counter captures: rocprofv3 counter collection and rocprof-compute workloads (docs/counters.md)."""
+"""The ``counters`` source: hardware counter captures read once, as ``counters`` rows (docs/counters.md).
+
+Each configured path is a ``counter_collection.csv`` (rocprofv3 ``--pmc``), a rocprof-compute
+workload directory (its ``pmc_perf.csv``, with ``sysinfo.csv`` naming the GPU's architecture), or a
+directory searched for both (at most ``MAX_FILES``). Rows the capture does not time take the file's
+modification time (so they land in the lake beside the run that wrote them). A file that cannot be
+read is a problem of the source, counted and logged; the other files are read.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from itertools import islice
+from pathlib import Path
+from typing import Final, Literal
+
+import pyarrow as pa
+from pydantic import Field
+
+from aaco.agent.sources.base import Source, SourceContext
+from aaco.agent.sources.counters.rocprof_compute import WorkloadError, read_pmc_perf, read_sysinfo
+from aaco.agent.sources.counters.rocprofv3 import read_counter_collection
+from aaco.contract.config_base import StrictModel
+from aaco.contract.counters import CounterRow
+from aaco.contract.schemas import COUNTERS
+
+log = logging.getLogger("aaco.sources.counters")
+MAX_FILES: Final = 10_000
+BATCH_ROWS: Final = 65_536
+NAMES: Final = ("pmc_perf.csv", "counter_collection.csv")
+
+
+class CountersSourceConfig(StrictModel):
+    """Hardware counter captures (rocprofv3 --pmc, rocprof-compute workloads), read once."""
+
+    type: Literal["counters"] = "counters"
+    name: str | None = Field(None, description="Source name in metrics and logs (default: the type).")
+    paths: list[Path] = Field(
+        ...,
+        min_length=1,
+        description="counter_collection.csv files, rocprof-compute workload directories (pmc_perf.csv), or "
+        "directories holding them (searched recursively).",
+    )
+    arch: str | None = Field(
+        None, description="The GPU architecture (gfx90a, gfx942) where a capture does not say it (rocprofv3)."
+    )
+
+
+def captures(paths: list[Path]) -> Iterator[Path]:
+    """The counter files under ``paths`` (a file as given; in a directory, the known names), bounded."""
+    for path in paths:
+        if path.is_dir():
+            found = (
+                p for p in sorted(path.rglob("*.csv")) if p.name in NAMES or p.name.endswith("_counter_collection.csv")
+            )
+            yield from islice(found, MAX_FILES)
+        else:
+            yield path
+
+
+class CountersSource(Source):
+    """Reads each capture once and publishes its rows."""
+
+    type = "counters"
+    finite = True
+
+    def __init__(self, config: CountersSourceConfig, name: str) -> None:
+        super().__init__(name)
+        self.config = config
+        self.rows = 0
+
+    def run(self, ctx: SourceContext) -> None:
+        """Every capture, in order; a bad one said and skipped."""
+        for path in captures(self.config.paths):
+            if ctx.stop.is_set():
+                return
+            problems: list[str] = []
+            try:
+                self._read(ctx, path, problems)
+            except WorkloadError as exc:
+                ctx.problem(self.name, exc.subject or os.fspath(path), "unreadable", exc.message, fatal=False, count=1)
+            for p in problems:
+                ctx.problem(self.name, os.fspath(path), "malformed", p, fatal=False, count=1)
+
+    def _read(self, ctx: SourceContext, path: Path, problems: list[str]) -> None:
+        arch = self.config.arch
+        if path.name == "pmc_perf.csv" or path.name.endswith("pmc_perf.csv"):
+            sysinfo = path.with_name("sysinfo.csv")
+            if sysinfo.is_file():
+                arch = read_sysinfo(sysinfo).get("gpu_arch") or arch
+            rows: Iterator[CounterRow] = (r for d in read_pmc_perf(path, problems) for r in d.rows())
+        else:
+            rows = read_counter_collection(path, problems)
+        mtime, read = path.stat().st_mtime_ns, 0
+        while chunk := list(islice(rows, BATCH_ROWS)):
+            table = _table(chunk, ctx.node, self.name, arch, mtime)
+            ctx.publish(self.name, "counters", table, durable=True)
+            read += table.num_rows
+        self.rows += read
+        log.info("%s: %d counter rows from %s", self.name, read, path)
+
+
+def _table(rows: list[CounterRow], node: str, source: str, arch: str | None, mtime_ns: int) -> pa.Table:
+    cols = list(zip(*rows, strict=True))
+    start = [s or mtime_ns for s in cols[0]]
+    end = [e or s for e, s in zip(cols[1], start, strict=True)]
+    n = len(rows)
+    data = {
+        "start_ns": start,
+        "end_ns": end,
+        "node": [node] * n,
+        "pid": cols[2],
+        "device": cols[3],
+        "dispatch_id": cols[4],
+        "kernel": cols[6],
+        "counter": cols[7],
+        "value": cols[8],
+        "source": [source] * n,
+        "correlation_id": cols[5],
+        "arch": [arch] * n,
+    }
+    return pa.table({k: pa.array(v, COUNTERS.field(k).type) for k, v in data.items()})
+
+
+def create(config: CountersSourceConfig, name: str) -> CountersSource:
+    """Factory used by the source registry."""
+    return CountersSource(config, name)

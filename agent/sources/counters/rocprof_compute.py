@@ -150,3 +150,19 @@ def _number(text: str) -> float | None:
         return float(text)
     except ValueError:
         return None
+
+
+def read_peaks(path: Path) -> dict[str, dict[str, float]]:
+    """``roofline.csv``: per device (its ``device`` column), the measured peaks by name (GB/s, GFLOP/s)."""
+    try:
+        with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+            found = list(csv.DictReader(fh))
+    except OSError as exc:
+        raise WorkloadError(f"cannot read: {exc.strerror or exc}", subject=path) from exc
+    if not found or "device" not in found[0] or "HBMBw" not in found[0]:
+        raise WorkloadError("not a rocprof-compute roofline.csv: no device and HBMBw columns", subject=path)
+    out: dict[str, dict[str, float]] = {}
+    for row in found:
+        peaks = {k: v for k, v in ((k, _number(v or "")) for k, v in row.items() if k and k != "device")}
+        out[row["device"]] = {k: v for k, v in peaks.items() if v is not None}
+    return out

@@ -25,6 +25,8 @@ class CounterRow(NamedTuple):
     kernel: str
     counter: str
     value: float
+    op_name: str = ""  # the framework operator that launched it, innermost (PyTorch's aten::cudnn_convolution)
+    top_op: str = ""  # the outermost one (aten::conv2d)
 
 
 @dataclass

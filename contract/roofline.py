@@ -143,27 +143,32 @@ def kernel_work(dispatches: Iterable[Dispatch], series: str, lds_banks_per_cu: f
         _add(w, d.counters, series, lds_banks_per_cu)
         w.total_duration_ns += d.end_ns - d.start_ns
         w.calls += 1
-    out = []
-    for w in sums.values():
-        for name in (
-            "total_flops",
-            "valu_flops",
-            "valu_flops_f16",
-            "valu_flops_f32",
-            "valu_flops_f64",
-            "mfma_flops_f16",
-            "mfma_flops_bf16",
-            "mfma_flops_f32",
-            "mfma_flops_f64",
-            "mfma_iops_i8",
-            "lds_bytes",
-            "l1_bytes",
-            "l2_bytes",
-            "hbm_bytes",
-        ):
-            setattr(w, name, getattr(w, name) / w.calls)
-        out.append(w)
-    return out
+    return [_per_call(w) for w in sums.values()]
+
+
+PER_CALL: Final = (
+    "total_flops",
+    "valu_flops",
+    "valu_flops_f16",
+    "valu_flops_f32",
+    "valu_flops_f64",
+    "mfma_flops_f16",
+    "mfma_flops_bf16",
+    "mfma_flops_f32",
+    "mfma_flops_f64",
+    "mfma_iops_i8",
+    "lds_bytes",
+    "l1_bytes",
+    "l2_bytes",
+    "hbm_bytes",
+)
+
+
+def _per_call(w: KernelWork) -> KernelWork:
+    """Sums over a kernel's calls made per call."""
+    for name in PER_CALL:
+        setattr(w, name, getattr(w, name) / w.calls)
+    return w
 
 
 # A kernel's FLOP kind -> the ceiling it is placed under (rocprof-compute's roofline.csv names, GFLOP/s).
@@ -207,3 +212,46 @@ def place(w: KernelWork, peaks: Mapping[str, float]) -> Placement | None:
     if w.intensity("hbm") < ridge:
         return Placement("memory", ceiling, w.hbm_bytes / w.avg_duration_ns / hbm, ridge)  # bytes/ns is GB/s
     return Placement("compute", ceiling, w.flops_per_s / 1e9 / top, ridge)
+
+
+# NVIDIA: the SASS instruction counters a CUPTI profiler range carries, and the operations each
+# instruction does per thread (HTA's CUDA_SASS_INSTRUCTION_COUNTER_FLOPS: an FMA two, the others one).
+SASS_FLOPS: Final = {
+    f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum": 2 if "fma" in op else 1
+    for op in ("ffma", "fmul", "fadd", "hfma", "hmul", "hadd", "dfma", "dmul", "dadd")
+}
+
+
+def sass_flops(counters: Mapping[str, float], prefix: str = "") -> float:
+    """Floating-point operations from the SASS thread-instruction counters present (``prefix``: h, f or d only)."""
+    return sum(
+        counters.get(name, 0.0) * per
+        for name, per in SASS_FLOPS.items()
+        if name.removeprefix("smsp__sass_thread_inst_executed_op_").startswith(prefix)
+    )
+
+
+# Nsight Compute's memory-level byte counters (its roofline sections: DRAM, L2 and L1/TEX traffic)
+NVIDIA_BYTES: Final = {
+    "hbm_bytes": ("dram__bytes_read.sum", "dram__bytes_write.sum"),
+    "l2_bytes": ("lts__t_bytes.sum",),
+    "l1_bytes": ("l1tex__t_bytes.sum",),
+}
+
+
+def nvidia_kernel_work(dispatches: Iterable[Dispatch]) -> list[KernelWork]:
+    """Per kernel, its work per call from NVIDIA's counters: SASS FLOPs by precision, bytes where counted."""
+    sums: dict[str, KernelWork] = {}
+    for d in dispatches:
+        w = sums.setdefault(d.kernel, KernelWork(d.kernel))
+        c = d.counters
+        for prec, prefix in (("f16", "h"), ("f32", "f"), ("f64", "d")):
+            setattr(w, f"valu_flops_{prec}", getattr(w, f"valu_flops_{prec}") + sass_flops(c, prefix))
+        w.valu_flops += sass_flops(c)
+        w.total_flops += sass_flops(c)
+        for attr, names in NVIDIA_BYTES.items():
+            if all(n in c for n in names):
+                setattr(w, attr, getattr(w, attr) + sum(c[n] for n in names))
+        w.total_duration_ns += d.end_ns - d.start_ns
+        w.calls += 1
+    return [_per_call(w) for w in sums.values()]

@@ -218,7 +218,9 @@ COUNTERS: Final = _schema(
     ],
     [
         ("correlation_id", I64),
-        ("arch", STR),  # the GPU's architecture (gfx90a, gfx942): which formulas apply (contract/roofline.py)
+        ("arch", STR),  # the GPU's architecture (gfx90a, gfx942, sm_80): which formulas apply (contract/roofline.py)
+        ("op_name", STR),  # the framework operator that launched the kernel, innermost (Kineto captures)
+        ("top_op", STR),  # ... and outermost
         ("run_id", STR),
     ],
 )

@@ -1,8 +1,9 @@
 """``aaco roofline``: per kernel, its work from the lake's hardware counters and where it sits under its roofline.
 
 The ``counters`` rows of every node are folded into dispatches (node, process, device, dispatch)
-and each kernel's work is computed with rocprof-compute's formulas (``contract.roofline``), per GPU
-architecture (its HBM counters differ: MI200's ``TCC_EA_*``, MI300's ``TCC_EA0_*``). With peaks
+and each kernel's work is computed per GPU architecture: rocprof-compute's formulas on AMD
+(``contract.roofline``; the HBM counters differ: MI200's ``TCC_EA_*``, MI300's ``TCC_EA0_*``), the
+SASS instruction and Nsight Compute byte counters on NVIDIA (``sm_80``). With peaks
 (rocprof-compute's measured ``roofline.csv``), each kernel is placed: memory- or compute-bound and
 its fraction of that roof (docs/counters.md).
 """
@@ -15,7 +16,7 @@ from typing import Any, Final
 import duckdb
 
 from aaco.contract.counters import Dispatch
-from aaco.contract.roofline import KernelWork, kernel_work, place
+from aaco.contract.roofline import KernelWork, kernel_work, nvidia_kernel_work, place
 
 # GPU architecture -> rocprof-compute's gpu_series (its SUPPORTED_ARCHS), which picks the HBM formula
 SERIES: Final = {"gfx908": "MI100", "gfx90a": "MI200", "gfx940": "MI300", "gfx941": "MI300", "gfx942": "MI300"}
@@ -35,13 +36,16 @@ def roofline(con: duckdb.DuckDBPyConnection, peaks: Mapping[str, float] | None =
         if d is None:
             d = found[(node, pid, device, dispatch)] = Dispatch(dispatch, kernel, device, start, end, None, pid)
         d.counters[counter] = value
-    work = [
-        w
-        for arch, found in sorted(by_arch.items())
-        for w in kernel_work(found.values(), SERIES.get(arch, "MI300"), LDS_BANKS_PER_CU)
-    ]
+    work = [w for arch, found in sorted(by_arch.items()) for w in _work(arch, list(found.values()))]
     work.sort(key=lambda w: w.total_duration_ns, reverse=True)
     return {"kernels": [_entry(w, peaks) for w in work]}
+
+
+def _work(arch: str, dispatches: list[Dispatch]) -> list[KernelWork]:
+    """NVIDIA's formulas for a compute capability (``sm_80``), else AMD's for its series."""
+    if arch.startswith("sm_"):
+        return nvidia_kernel_work(dispatches)
+    return kernel_work(dispatches, SERIES.get(arch, "MI300"), LDS_BANKS_PER_CU)
 
 
 def _entry(w: KernelWork, peaks: Mapping[str, float] | None) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """The ``counters`` source: hardware counter captures read once, as ``counters`` rows (docs/counters.md).
 
 Each configured path is a ``counter_collection.csv`` (rocprofv3 ``--pmc``), a rocprof-compute
-workload directory (its ``pmc_perf.csv``, with ``sysinfo.csv`` naming the GPU's architecture), or a
-directory searched for both (at most ``MAX_FILES``). Rows the capture does not time take the file's
+workload directory (its ``pmc_perf.csv``, with ``sysinfo.csv`` naming the GPU's architecture), a
+Kineto trace taken in CUPTI profiler mode (``.json``, ``.json.gz``), or a directory searched for
+them (at most ``MAX_FILES``). Rows the capture does not time take the file's
 modification time (so they land in the lake beside the run that wrote them). A file that cannot be
 read is a problem of the source, counted and logged; the other files are read.
 """
@@ -20,6 +21,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from aaco.agent.sources.base import Source, SourceContext
+from aaco.agent.sources.counters.kineto import read_kineto_counters
 from aaco.agent.sources.counters.rocprof_compute import WorkloadError, read_pmc_perf, read_sysinfo
 from aaco.agent.sources.counters.rocprofv3 import read_counter_collection
 from aaco.contract.config_base import StrictModel
@@ -48,14 +50,15 @@ class CountersSourceConfig(StrictModel):
     )
 
 
+def _known(p: Path) -> bool:
+    return p.name in NAMES or p.name.endswith(("_counter_collection.csv", ".json", ".json.gz"))
+
+
 def captures(paths: list[Path]) -> Iterator[Path]:
     """The counter files under ``paths`` (a file as given; in a directory, the known names), bounded."""
     for path in paths:
         if path.is_dir():
-            found = (
-                p for p in sorted(path.rglob("*.csv")) if p.name in NAMES or p.name.endswith("_counter_collection.csv")
-            )
-            yield from islice(found, MAX_FILES)
+            yield from islice((p for p in sorted(path.rglob("*")) if p.is_file() and _known(p)), MAX_FILES)
         else:
             yield path
 
@@ -85,16 +88,19 @@ class CountersSource(Source):
                 ctx.problem(self.name, os.fspath(path), "malformed", p, fatal=False, count=1)
 
     def _read(self, ctx: SourceContext, path: Path, problems: list[str]) -> None:
-        arch = self.config.arch
+        arch, found = self.config.arch, dict[str, str]()
         if path.name == "pmc_perf.csv" or path.name.endswith("pmc_perf.csv"):
             sysinfo = path.with_name("sysinfo.csv")
             if sysinfo.is_file():
                 arch = read_sysinfo(sysinfo).get("gpu_arch") or arch
             rows: Iterator[CounterRow] = (r for d in read_pmc_perf(path, problems) for r in d.rows())
+        elif path.name.endswith((".json", ".json.gz")):
+            rows = read_kineto_counters(path, problems, found)
         else:
             rows = read_counter_collection(path, problems)
         mtime, read = path.stat().st_mtime_ns, 0
         while chunk := list(islice(rows, BATCH_ROWS)):
+            arch = found.get("arch") or arch  # a Kineto trace names its GPU's compute capability
             table = _table(chunk, ctx.node, self.name, arch, mtime)
             ctx.publish(self.name, "counters", table, durable=True)
             read += table.num_rows
@@ -120,6 +126,8 @@ def _table(rows: list[CounterRow], node: str, source: str, arch: str | None, mti
         "source": [source] * n,
         "correlation_id": cols[5],
         "arch": [arch] * n,
+        "op_name": [o or None for o in cols[9]],
+        "top_op": [o or None for o in cols[10]],
     }
     return pa.table({k: pa.array(v, COUNTERS.field(k).type) for k, v in data.items()})
 

@@ -34,7 +34,7 @@ def apportion(
     total = sum(weights.values())
     if total <= 0.0:
         return dict.fromkeys(weights, 0.0)
-    return {k: dynamic * w / total for k, w in weights.items()}
+    return {k: dynamic * (w / total) for k, w in weights.items()}  # the share first: w * dynamic can underflow
 
 
 @dataclass

@@ -22,6 +22,7 @@ from aaco.analyzers import (
     kar,
     latency,
     launch,
+    roofline,
     sched,
     serving,
     serving_phases,
@@ -50,6 +51,7 @@ ANALYZERS.register("drift", drift_analyzer.DriftSettings, drift_analyzer.create)
 ANALYZERS.register("throttle", throttle.ThrottleSettings, throttle.create)
 ANALYZERS.register("health", health.HealthSettings, health.create)
 ANALYZERS.register("workloads", workloads.WorkloadsSettings, workloads.create)
+ANALYZERS.register("roofline", roofline.RooflineSettings, roofline.create)
 ANALYZERS.register("bottleneck", bottleneck.BottleneckSettings, bottleneck.create)
 
 

@@ -255,3 +255,27 @@ def nvidia_kernel_work(dispatches: Iterable[Dispatch]) -> list[KernelWork]:
         w.total_duration_ns += d.end_ns - d.start_ns
         w.calls += 1
     return [_per_call(w) for w in sums.values()]
+
+
+# GPU architecture -> rocprof-compute's gpu_series (its SUPPORTED_ARCHS), which picks the HBM formula
+SERIES: Final = {"gfx908": "MI100", "gfx90a": "MI200", "gfx940": "MI300", "gfx941": "MI300", "gfx942": "MI300"}
+LDS_BANKS_PER_CU: Final = 32  # every CDNA GPU's (rocprof-compute's sysinfo lds_banks_per_cu)
+
+
+def work_for(arch: str, dispatches: Iterable[Dispatch]) -> list[KernelWork]:
+    """NVIDIA's formulas for a compute capability (``sm_80``), else AMD's for the architecture's series."""
+    if arch.startswith("sm_"):
+        return nvidia_kernel_work(dispatches)
+    return kernel_work(dispatches, SERIES.get(arch, "MI300"), LDS_BANKS_PER_CU)
+
+
+# Every counter a formula above reads: what a streaming consumer needs to keep of a dispatch.
+FORMULA_COUNTERS: Final = frozenset(
+    {f"SQ_INSTS_VALU_{op}_{p}" for op in ("ADD", "MUL", "FMA", "TRANS") for p in PRECISIONS}
+    | {f"SQ_INSTS_VALU_MFMA_MOPS_{t}" for t in MFMA}
+    | {"SQ_LDS_IDX_ACTIVE", "SQ_LDS_BANK_CONFLICT", "TCP_TOTAL_CACHE_ACCESSES_sum", *L2_REQUESTS}
+    | {f"TCC_EA_{k}_sum" for k in ("RDREQ_32B", "RDREQ", "WRREQ_64B", "WRREQ")}
+    | {"TCC_BUBBLE_sum", *(f"TCC_EA0_{k}_sum" for k in ("RDREQ_32B", "RDREQ", "WRREQ_64B", "WRREQ"))}
+    | set(SASS_FLOPS)
+    | {n for names in NVIDIA_BYTES.values() for n in names}
+)

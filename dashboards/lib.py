@@ -15,11 +15,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 from urllib.parse import quote
 
-from grafana_foundation_sdk.builders import bargauge, heatmap, prometheus, stat, statetimeline, table, timeseries
+from grafana_foundation_sdk.builders import (
+    bargauge,
+    heatmap,
+    prometheus,
+    stat,
+    statetimeline,
+    table,
+    timeseries,
+    xychart,
+)
 from grafana_foundation_sdk.builders import common as cb
 from grafana_foundation_sdk.builders import dashboard as db
 from grafana_foundation_sdk.cog import builder as cogbuilder
@@ -28,6 +37,7 @@ from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import heatmap as hm
 from grafana_foundation_sdk.models import prometheus as pm
+from grafana_foundation_sdk.models import xychart as xm
 
 PROMETHEUS: Final = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 TRACE_PLUGINS: Final = ("tempo", "jaeger")
@@ -237,6 +247,52 @@ def tbl(
     if sort_by:
         p = p.sort_by([cb.TableSortByFieldState().display_name(sort_by).desc(True)])
     return p
+
+
+def scatter(
+    title: str,
+    description: str,
+    unit: str,
+    x: Q,
+    y: Q,
+    *,
+    x_name: str,
+    y_name: str,
+    width: int = 12,
+    height: int = 8,
+) -> xychart.Panel:
+    """Points of two instant table queries joined on their labels: ``x`` across, ``y`` up (log scales).
+
+    A roofline: each series of ``x`` (arithmetic intensity) paired with the ``y`` series of the same labels
+    (FLOP/s); the values are renamed ``x_name`` and ``y_name`` and mapped to the axes by name.
+    """
+    p = _common(xychart.Panel(), title, description, unit, width, height)
+    p = _targets(p, [replace(x, instant=True, table=True), replace(y, instant=True, table=True)])
+    p = p.with_transformation(dm.DataTransformerConfig(id_val="merge", options={}))
+    p = p.with_transformation(
+        dm.DataTransformerConfig(
+            id_val="organize",
+            options={"excludeByName": {"Time": True}, "renameByName": {"Value #A": x_name, "Value #B": y_name}},
+        )
+    )
+    series = (
+        xychart.XYSeriesConfig()
+        .x(xychart.XychartXYSeriesConfigX().matcher(FieldByName(x_name)))
+        .y(xychart.XychartXYSeriesConfigY().matcher(FieldByName(y_name)))
+    )
+    log = cb.ScaleDistributionConfig().type(cm.ScaleDistribution.LOG).log(10)
+    return p.mapping(xm.SeriesMapping.MANUAL).series([series]).show(xm.XYShowMode.POINTS).scale_distribution(log)
+
+
+class FieldByName(cogbuilder.Builder[xm.MatcherConfig]):
+    """A field matcher by name (the SDK has its model, not a builder for it)."""
+
+    def __init__(self, name: str) -> None:
+        self._internal = xm.MatcherConfig(id_val="byName", options=name)
+
+    def build(self) -> xm.MatcherConfig:
+        """The matcher."""
+        return self._internal
 
 
 def bars(

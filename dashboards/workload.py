@@ -16,7 +16,9 @@ from .lib import (
     Annotation,
     Q,
     Spec,
+    bars,
     heat,
+    scatter,
     single_stat,
     tbl,
     timeline,
@@ -363,6 +365,35 @@ def spec(traces_plugin: str) -> Spec:
             ("node", "gpu", "reason"),
         ),
     ]
+    family = 'node=~"$node"'
+    roofline = [
+        scatter(
+            "Kernel families on the roofline",
+            "Each kernel family's arithmetic intensity at HBM (FLOPs per byte, across) against its achieved FLOP/s "
+            "(up), from hardware counters (the counters source; docs/counters.md), log scales: left of the ridge "
+            "point a family is bound by memory bandwidth, right of it by compute.",
+            "flops",
+            Q(f'aaco_kernel_family_arithmetic_intensity{{{family}, level="hbm"}}', ""),
+            Q(f"aaco_kernel_family_flops_per_second{{{family}}}", ""),
+            x_name="FLOP/byte (HBM)",
+            y_name="FLOP/s",
+        ),
+        tbl(
+            "Kernel families: how near the roof",
+            "Each family's share of the roof that bounds it (bound memory: its HBM bandwidth over the peak; compute: "
+            "its FLOP/s over the ceiling of its kind of work), where analyzers.roofline.peaks names the GPU's peaks.",
+            "percentunit",
+            [Q(f"aaco_kernel_family_roof_fraction{{{family}}}", "", instant=True, table=True)],
+            width=6,
+        ),
+        bars(
+            "Kernel families: HBM bandwidth",
+            "Each family's achieved HBM bandwidth: its HBM bytes per call over its mean call (hardware counters).",
+            "Bps",
+            [Q(f"aaco_kernel_family_hbm_bandwidth_bytes_per_second{{{family}}}", "{{node}} {{arch}} {{family}}")],
+            width=6,
+        ),
+    ]
     return Spec(
         uid=UID,
         title="AACO / Workload diagnosis",
@@ -375,5 +406,6 @@ def spec(traces_plugin: str) -> Spec:
             ("Kernels and launches", kernels),
             ("Where the GPU time went", time_split),
             ("Diagnosis", diagnosis),
+            ("Roofline (hardware counters)", roofline),
         ],
     )

@@ -11,16 +11,12 @@ its fraction of that roof (docs/counters.md).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
 
 import duckdb
 
 from aaco.contract.counters import Dispatch
-from aaco.contract.roofline import KernelWork, kernel_work, nvidia_kernel_work, place
-
-# GPU architecture -> rocprof-compute's gpu_series (its SUPPORTED_ARCHS), which picks the HBM formula
-SERIES: Final = {"gfx908": "MI100", "gfx90a": "MI200", "gfx940": "MI300", "gfx941": "MI300", "gfx942": "MI300"}
-LDS_BANKS_PER_CU: Final = 32  # every CDNA GPU's (rocprof-compute's sysinfo lds_banks_per_cu)
+from aaco.contract.roofline import KernelWork, place, work_for
 
 
 def roofline(con: duckdb.DuckDBPyConnection, peaks: Mapping[str, float] | None = None) -> dict[str, Any]:
@@ -36,16 +32,9 @@ def roofline(con: duckdb.DuckDBPyConnection, peaks: Mapping[str, float] | None =
         if d is None:
             d = found[(node, pid, device, dispatch)] = Dispatch(dispatch, kernel, device, start, end, None, pid)
         d.counters[counter] = value
-    work = [w for arch, found in sorted(by_arch.items()) for w in _work(arch, list(found.values()))]
+    work = [w for arch, found in sorted(by_arch.items()) for w in work_for(arch, found.values())]
     work.sort(key=lambda w: w.total_duration_ns, reverse=True)
     return {"kernels": [_entry(w, peaks) for w in work]}
-
-
-def _work(arch: str, dispatches: list[Dispatch]) -> list[KernelWork]:
-    """NVIDIA's formulas for a compute capability (``sm_80``), else AMD's for its series."""
-    if arch.startswith("sm_"):
-        return nvidia_kernel_work(dispatches)
-    return kernel_work(dispatches, SERIES.get(arch, "MI300"), LDS_BANKS_PER_CU)
 
 
 def _entry(w: KernelWork, peaks: Mapping[str, float] | None) -> dict[str, Any]:

@@ -24,6 +24,7 @@ ORDER = [
     "throttle",
     "health",
     "workloads",
+    "roofline",
     "bottleneck",
 ]
 

@@ -42,6 +42,8 @@ REQUIRED = {
         "bottleneck evidence",
         "kernel family",
         "drift",
+        "on the roofline",
+        "how near the roof",
     ],
     "scheduler.json": ["runqueue latency", "context switches", "off-cpu time per workload"],
     "fleet.json": ["worst nodes", "latency spread", "throttled share", "drifting models"],

@@ -101,14 +101,15 @@ class CountersSource(Source):
         mtime, read = path.stat().st_mtime_ns, 0
         while chunk := list(islice(rows, BATCH_ROWS)):
             arch = found.get("arch") or arch  # a Kineto trace names its GPU's compute capability
-            table = _table(chunk, ctx.node, self.name, arch, mtime)
+            table = to_table(chunk, ctx.node, self.name, arch, mtime)
             ctx.publish(self.name, "counters", table, durable=True)
             read += table.num_rows
         self.rows += read
         log.info("%s: %d counter rows from %s", self.name, read, path)
 
 
-def _table(rows: list[CounterRow], node: str, source: str, arch: str | None, mtime_ns: int) -> pa.Table:
+def to_table(rows: list[CounterRow], node: str, source: str, arch: str | None, mtime_ns: int) -> pa.Table:
+    """Rows as a ``counters`` table; an untimed dispatch (start 0) takes ``mtime_ns``."""
     cols = list(zip(*rows, strict=True))
     start = [s or mtime_ns for s in cols[0]]
     end = [e or s for e, s in zip(cols[1], start, strict=True)]

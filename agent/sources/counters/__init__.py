@@ -21,8 +21,9 @@ import pyarrow as pa
 from pydantic import Field
 
 from aaco.agent.sources.base import Source, SourceContext
+from aaco.agent.sources.counters.files import WorkloadError
 from aaco.agent.sources.counters.kineto import read_kineto_counters
-from aaco.agent.sources.counters.rocprof_compute import WorkloadError, read_pmc_perf, read_sysinfo
+from aaco.agent.sources.counters.rocprof_compute import read_pmc_perf, read_sysinfo
 from aaco.agent.sources.counters.rocprofv3 import read_counter_collection
 from aaco.contract.config_base import StrictModel
 from aaco.contract.counters import CounterRow

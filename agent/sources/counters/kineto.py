@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import orjson
 
-from aaco.agent.sources.counters.rocprof_compute import MAX_BYTES, WorkloadError
+from aaco.agent.sources.counters.files import MAX_BYTES, WorkloadError
 from aaco.agent.sources.traces.limits import TraceLimits, read_document
 from aaco.contract.counters import CounterRow
 

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
+from aaco.agent.sources.counters.files import WorkloadError, open_csv
 from aaco.contract.counters import Dispatch
-from aaco.contract.errors import AacoError
 
 METADATA: Final = frozenset(
     {
@@ -54,11 +54,6 @@ METADATA: Final = frozenset(
 )
 _PASS = re.compile(r"^(.*)_(\d+)$")  # a metadata column repeated by a later profiling pass
 _INSTANCE = re.compile(r"^(.*)\[(\d+)\]$")
-MAX_BYTES: Final = 256 * 1024 * 1024
-
-
-class WorkloadError(AacoError):
-    """A rocprof-compute workload file that cannot be read (names the file and what is wrong)."""
 
 
 def is_metadata(column: str) -> bool:
@@ -78,13 +73,7 @@ def read_pmc_perf(path: Path, problems: list[str] | None = None) -> Iterator[Dis
     spreadsheet); they are read as the numbers they say, whatever precision was lost.
     """
     said = problems if problems is not None else []
-    try:
-        if path.stat().st_size > MAX_BYTES:
-            raise WorkloadError(f"more than {MAX_BYTES} bytes", subject=path)
-        fh = open(path, newline="", encoding="utf-8", errors="replace")  # noqa: SIM115 - closed below
-    except OSError as exc:
-        raise WorkloadError(f"cannot read: {exc.strerror or exc}", subject=path) from exc
-    with fh:
+    with open_csv(path) as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
         if not header or "Dispatch_ID" not in header or "Kernel_Name" not in header:
@@ -135,11 +124,8 @@ def read_pmc_perf(path: Path, problems: list[str] | None = None) -> Iterator[Dis
 
 def read_sysinfo(path: Path) -> dict[str, str]:
     """``sysinfo.csv``: its one row as a mapping (``WorkloadError`` naming the file)."""
-    try:
-        with open(path, newline="", encoding="utf-8", errors="replace") as fh:
-            found = list(csv.DictReader(fh))
-    except OSError as exc:
-        raise WorkloadError(f"cannot read: {exc.strerror or exc}", subject=path) from exc
+    with open_csv(path) as fh:
+        found = list(csv.DictReader(fh))
     if len(found) != 1:
         raise WorkloadError(f"expected one row of machine description, found {len(found)}", subject=path)
     return {k: v for k, v in found[0].items() if k is not None}
@@ -154,11 +140,8 @@ def _number(text: str) -> float | None:
 
 def read_peaks(path: Path) -> dict[str, dict[str, float]]:
     """``roofline.csv``: per device (its ``device`` column), the measured peaks by name (GB/s, GFLOP/s)."""
-    try:
-        with open(path, newline="", encoding="utf-8", errors="replace") as fh:
-            found = list(csv.DictReader(fh))
-    except OSError as exc:
-        raise WorkloadError(f"cannot read: {exc.strerror or exc}", subject=path) from exc
+    with open_csv(path) as fh:
+        found = list(csv.DictReader(fh))
     if not found or "device" not in found[0] or "HBMBw" not in found[0]:
         raise WorkloadError("not a rocprof-compute roofline.csv: no device and HBMBw columns", subject=path)
     out: dict[str, dict[str, float]] = {}

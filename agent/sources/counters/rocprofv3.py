@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-from aaco.agent.sources.counters.rocprof_compute import MAX_BYTES, WorkloadError
+from aaco.agent.sources.counters.files import WorkloadError, open_csv
 from aaco.contract.counters import CounterRow
 
 REQUIRED: Final = ("Dispatch_Id", "Kernel_Name", "Counter_Name", "Counter_Value")
@@ -24,13 +24,7 @@ REQUIRED: Final = ("Dispatch_Id", "Kernel_Name", "Counter_Name", "Counter_Value"
 def read_counter_collection(path: Path, problems: list[str] | None = None) -> Iterator[CounterRow]:
     """Every counter row of a ``counter_collection.csv`` (``WorkloadError`` naming a file that is not one)."""
     said = problems if problems is not None else []
-    try:
-        if path.stat().st_size > MAX_BYTES:
-            raise WorkloadError(f"more than {MAX_BYTES} bytes", subject=path)
-        fh = open(path, newline="", encoding="utf-8", errors="replace")  # noqa: SIM115 - closed below
-    except OSError as exc:
-        raise WorkloadError(f"cannot read: {exc.strerror or exc}", subject=path) from exc
-    with fh:
+    with open_csv(path) as fh:
         reader = csv.reader(fh)
         header = next(reader, None) or []
         missing = [c for c in REQUIRED if c not in header]

@@ -16,11 +16,12 @@ from typing import Any, Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import Field, PositiveInt
+from pydantic import Field, PositiveInt, field_validator
 
 from aaco.analyzers.base import AgentHints, Analyzer
 from aaco.contract.config_base import StrictModel
 from aaco.contract.counters import Dispatch
+from aaco.contract.gpu_peaks import PEAKS, peaks_for
 from aaco.contract.kernels import family_of
 from aaco.contract.roofline import FORMULA_COUNTERS, KernelWork, Placement, place, work_for
 from aaco.contract.schemas import EventBatch
@@ -67,12 +68,26 @@ class RooflineSettings(StrictModel):
     """Each kernel family's arithmetic intensity, FLOP/s and place under the roofline, from hardware counters."""
 
     max_dispatches: PositiveInt = Field(4096, description="Recent dispatches kept per analysis (the oldest dropped).")
-    peaks: dict[str, dict[str, float]] = Field(
+    peaks: dict[str, dict[str, float] | str] = Field(
         default_factory=dict,
-        description="Per GPU architecture (gfx90a, gfx942, sm_90), its peaks under rocprof-compute's roofline.csv "
-        "names: HBMBw (GB/s), FP32Flops, FP64Flops, MFMAF16Flops, MFMABF16Flops, MFMAF32Flops, MFMAF64Flops, "
-        "MFMAI8Ops (GFLOP/s).",
+        description="Per GPU architecture (gfx90a, gfx942, sm_90): a GPU model of the published table (MI300X, "
+        "H100-SXM5 ...; docs/counters.md) or its peaks under rocprof-compute's roofline.csv names: HBMBw (GB/s), "
+        "FP32Flops, FP64Flops, MFMAF16Flops, MFMABF16Flops, MFMAF32Flops, MFMAF64Flops, MFMAI8Ops (GFLOP/s).",
     )
+
+    @field_validator("peaks")
+    @classmethod
+    def _models(cls, peaks: dict[str, dict[str, float] | str]) -> dict[str, dict[str, float] | str]:
+        """A model name must be one of the table's."""
+        for arch, given in peaks.items():
+            if isinstance(given, str) and peaks_for(given) is None:
+                raise ValueError(f"{arch}: no GPU model {given!r} in the peaks table (known: {', '.join(PEAKS)})")
+        return peaks
+
+    def peaks_of(self, arch: str) -> dict[str, float] | None:
+        """The peaks an architecture's families are placed under (None: not placed)."""
+        given = self.peaks.get(arch)
+        return peaks_for(given) if isinstance(given, str) else given
 
 
 @dataclass(frozen=True)
@@ -172,7 +187,7 @@ class RooflineAnalyzer(Analyzer):
             )
         out = []
         for (node, arch), found in sorted(groups.items()):
-            peaks = self.s.peaks.get(arch)
+            peaks = self.s.peaks_of(arch)
             for w in sorted(work_for(arch, found), key=lambda w: w.kernel):
                 out.append((node, arch, w, place(w, peaks) if peaks else None))
         return RooflineResult(tuple(out))

@@ -39,12 +39,30 @@ def roofline(
         ),
     ] = None,
     device: Annotated[str, typer.Option("--device", help="The roofline.csv row (its device column) to use.")] = "0",
+    gpu: Annotated[
+        str | None,
+        typer.Option(
+            "--gpu",
+            help="Place under a GPU model's published peaks instead (MI100, MI210, MI250X, MI300X, MI325X, MI355X, "
+            "A100-SXM4-80GB, H100-SXM5, H200-SXM, B200; docs/counters.md).",
+        ),
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
     """Per kernel: FLOPs, bytes at HBM, L2 and L1, arithmetic intensity, GFLOP/s, and its bound (docs/counters.md)."""
     from aaco.agent.fleet.roofline import roofline as compute
 
     measured = None
+    if peaks is not None and gpu is not None:
+        raise fail(AacoError("give the measured peaks (--peaks) or a GPU model (--gpu), not both", subject="--gpu"))
+    if gpu is not None:
+        from aaco.contract.gpu_peaks import PEAKS, peaks_for
+
+        measured = peaks_for(gpu)
+        if measured is None:
+            raise fail(
+                AacoError(f"no GPU model {gpu!r} in the peaks table (known: {', '.join(PEAKS)})", subject="--gpu")
+            )
     if peaks is not None:
         from aaco.agent.sources.counters.rocprof_compute import read_peaks
 
@@ -66,8 +84,8 @@ def roofline(
     for row in doc["kernels"]:
         out.add_row(*(_cell(k, row.get(k)) for _, k in COLUMNS))
     out_console.print(out)
-    if peaks is None:
-        print_note("bound and share of roof: give the measured peaks with --peaks roofline.csv")
+    if measured is None:
+        print_note("bound and share of roof: give the measured peaks (--peaks roofline.csv) or a GPU model (--gpu)")
 
 
 def _cell(key: str, v: Any) -> str:

@@ -168,3 +168,14 @@ exporters:
     assert res.returncode == 0, res.stderr
     fft = [k for k in json.loads(res.stdout)["kernels"] if "fft2d_r2c_32x32" in k["kernel"]]
     assert fft and all(k["flops"] > 0 and k["bound"] is None for k in fft)  # no byte counters, no peaks: not placed
+
+
+def test_roofline_under_a_gpu_model_s_published_peaks(lake: Path, aaco_bin: str):
+    """The MI200 vcopy capture is an MI210 (its sysinfo: 104 CUs, 1638.4 GB/s): under the MI210's published peaks."""
+    res = run_aaco(aaco_bin, "roofline", "--lake", str(lake), "--gpu", "mi210", "--json")
+    assert res.returncode == 0, res.stderr
+    (mi200,) = [k for k in json.loads(res.stdout)["kernels"] if k["hbm_bytes"] and k["mean_ns"] > 17000]
+    assert mi200["bound"] == "memory" and mi200["ceiling"] == "FP32Flops"
+    assert mi200["roof_fraction"] == pytest.approx(15072341.333333334 / 17440 / 1638.4)
+    bad = run_aaco(aaco_bin, "roofline", "--lake", str(lake), "--gpu", "MI999")
+    assert bad.returncode == 2 and "no GPU model 'MI999' in the peaks table (known: MI100, MI210" in bad.stderr

@@ -53,12 +53,13 @@ from typing import Literal
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator
 
 from aaco.agent.sources.base import Source, SourceContext
+from aaco.agent.sources.counters import publish_capture
 from aaco.agent.sources.ingest import Quarantine, file_failed, ingest_file
 from aaco.agent.sources.jobs import JobRegistry, process_job, save_job, saved_job
 from aaco.agent.sources.limits_config import TraceLimitSettings
 from aaco.agent.sources.sched.targets import gpu_processes, holds_gpu, tgid_of
 from aaco.agent.sources.traces.detect import identify
-from aaco.agent.sources.traces.files import expand
+from aaco.agent.sources.traces.files import expand_paths
 from aaco.agent.sources.traces.limits import DEFAULT_MAX_BYTES
 from aaco.agent.sources.traces.model_names import MAX_MODEL_CHARS, model_from_command
 from aaco.agent.sources.traces.parse import ITERATIONS_FIRST
@@ -73,6 +74,7 @@ CMDLINE_BYTES = 64 * 1024  # of /proc/<pid>/cmdline: model_from_command looks at
 PF_KTHREAD = 0x00200000  # in the flags of /proc/<pid>/stat (include/linux/sched.h)
 KTHREADD = 2  # the kernel thread every other kernel thread is a child of
 NEVER = frozenset({1, KTHREADD})  # init and kthreadd: never captured, whatever the targets say
+PMC_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.:\[\]]*$")  # SQ_WAVES, TCC_HIT[0], smsp__cycles_active.avg
 
 CAPTURES = define(
     "aaco.capture.runs",
@@ -148,6 +150,12 @@ class CaptureConfig(TraceLimitSettings):
         description="Model name for the iterations (default: what the captured process's command line names, "
         "else what the file names).",
     )
+    pmc: list[list[str]] = Field(
+        default_factory=list,
+        description="Hardware counter groups, one profiling pass each: every window adds the next group in turn "
+        "to its command as --pmc NAME... (rocprofv3), so N groups take N windows; the counter_collection.csv it "
+        "writes lands in the counters dataset (docs/counters.md). Empty: no counters.",
+    )
     job: str | None = Field(
         None,
         description="The distributed job the captured processes are ranks of (default: the captured process's "
@@ -167,12 +175,29 @@ class CaptureConfig(TraceLimitSettings):
             raise ValueError("the command must write its output to {out}")
         return v
 
+    @field_validator("pmc")
+    @classmethod
+    def _counter_names(cls, groups: list[list[str]]) -> list[list[str]]:
+        for group in groups:
+            if not group:
+                raise ValueError("an empty counter group: give each pass at least one counter")
+            bad = [name for name in group if not PMC_NAME.fullmatch(name)]
+            if bad:
+                raise ValueError(f"not counter names: {', '.join(map(repr, bad))}")
+        return groups
+
     @field_validator("targets")
     @classmethod
     def _not_init(cls, v: Literal["gpu"] | list[int]) -> Literal["gpu"] | list[int]:
         if isinstance(v, list) and NEVER & set(v):
             raise ValueError(f"pids {sorted(NEVER)} (init, kthreadd) are never captured; remove them from targets")
         return v
+
+
+def with_options(args: list[str], options: list[str]) -> list[str]:
+    """``options`` added to a command: before its ``--`` (where the profiled command starts), else at the end."""
+    at = args.index("--") if "--" in args else len(args)
+    return [*args[:at], *options, *args[at:]]
 
 
 def process_model(pid: int) -> str | None:
@@ -239,6 +264,7 @@ class CaptureSource(Source):
         self._last: dict[int, float] = {}
         self._running: set[int] = set()
         self._lock = threading.Lock()
+        self._pmc_turn = 0  # the counter group of the next window
         self._wake = threading.Event()
         self._ctx: SourceContext | None = None
         self.completed = 0
@@ -362,7 +388,7 @@ class CaptureSource(Source):
             job = process_job(pid)  # its environment, now, while it runs (kept for a later run, as its model)
             save_job(out, job)
             values = {"{pid}": str(pid), "{out}": os.fspath(out), "{duration_ms}": str(cfg.duration_ms)}
-            args = [fill(arg, values) for arg in shlex.split(cfg.command)]
+            args = with_options([fill(arg, values) for arg in shlex.split(cfg.command)], self._pmc_args())
             outcome = self._execute(ctx, args, pid, out)
             if outcome in ("ok", "failed"):  # a failed profiler may still have written something useful
                 self._ingest(ctx, quarantine, out, pid, live=True, model=model, job=job)
@@ -386,6 +412,16 @@ class CaptureSource(Source):
                 shutil.rmtree(out, ignore_errors=True)
             self.completed += 1
             self._wake.set()
+
+    def _pmc_args(self) -> list[str]:
+        """``--pmc`` and the next counter group in turn (nothing without groups)."""
+        groups = self.config.pmc
+        if not groups:
+            return []
+        with self._lock:
+            group = groups[self._pmc_turn % len(groups)]
+            self._pmc_turn += 1
+        return ["--pmc", *group]
 
     def _execute(self, ctx: SourceContext, args: list[str], pid: int, out: Path) -> str:
         timeout = self.config.duration_ms / 1000 + self.config.timeout_s
@@ -437,7 +473,11 @@ class CaptureSource(Source):
         jobs = {"job": resolve(JobFields(job=cfg.job), job), "jobs": self._jobs, "model_configured": bool(cfg.model)}
         limits = cfg.trace_limits()
         files = []
-        for path in expand([out]):
+        found = expand_paths([out])
+        for skipped in found.not_read:  # beside the traces: the --pmc counters are read, the rest is not
+            if skipped.path.name.endswith("counter_collection.csv"):
+                publish_capture(ctx, self.name, skipped.path)
+        for path in found.files:
             try:
                 if path.stat().st_size <= cfg.max_file_bytes:
                     files.append(replace(identify(path), limits=limits))

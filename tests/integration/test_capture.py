@@ -198,3 +198,52 @@ def test_captures_left_by_a_crash_are_ingested_at_start(tmp_path, samples, sleep
     assert k.num_rows == 18
     models = {pid: set(k.filter(pc.equal(k["pid"], pid))["model"].to_pylist()) for pid in (named, unnamed)}
     assert models == {named: {"resnet_train"}, unnamed: {f"{unnamed}_kernel_trace"}}
+
+
+def test_counter_groups_take_turns_and_land_in_the_counters_dataset(tmp_path, samples, sleepers):
+    """``pmc``: each window adds the next group as --pmc ...; the counter collection it writes becomes counter rows.
+
+    The "profiler" writes the real rocprofv3 --pmc output of an MI210 (tests/data/rocprofv3-pmc-mi210) and
+    the arguments it was given, so the test sees both the options and the rows.
+    """
+    from aaco.agent.config import load_config
+    from aaco.agent.service import AgentService
+
+    pmc = samples.parent.parent / "tests" / "data" / "rocprofv3-pmc-mi210"
+    script = (
+        f'cp {pmc}/782163_counter_collection.csv {pmc}/782163_agent_info.csv "$1"/ && '
+        'shift && echo "$*" > "$(dirname "$0")/argv-$$"'
+    )
+    argv_dir = tmp_path / "argv"
+    argv_dir.mkdir()
+    (argv_dir / "profiler.sh").write_text(script + "\n")
+    cfg = load_config(
+        config(
+            tmp_path,
+            samples,
+            get_free_port(),
+            sleepers,
+            interval_s=0.2,
+            command=f"sh {argv_dir / 'profiler.sh'} {{out}} -- python3 app.py",
+            pmc=[["SQ_WAVES", "SQ_INSTS_VALU"], ["TCC_HIT_sum"]],
+        ),
+        env={},
+    )
+    svc = AgentService(cfg)
+    svc.start()
+    try:
+        wait_for(lambda: svc.stats.get(CAPTURES, source="capture", outcome="ok") >= 2, 60, what="two windows")
+        time.sleep(1.0)  # the lake's next flush
+    finally:
+        svc.shutdown(timeout_s=10)
+    argvs = sorted(p.read_text().split() for p in argv_dir.glob("argv-*"))
+    # the options before the profiled command's "--", one group per window in turn
+    assert argvs == [
+        ["--pmc", "SQ_WAVES", "SQ_INSTS_VALU", "--", "python3", "app.py"],
+        ["--pmc", "TCC_HIT_sum", "--", "python3", "app.py"],
+    ]
+    rows = read_lake(tmp_path / "lake", "counters").to_pylist()
+    assert {r["arch"] for r in rows} == {"gfx90a"}  # from the agent_info.csv beside the counters
+    gemm = [r for r in rows if r["kernel"].startswith("Cijk_") and r["dispatch_id"] == 4]
+    assert {r["counter"]: r["value"] for r in gemm}.items() >= {("SQ_WAVES", 2048.0), ("SQ_INSTS_MFMA", 8388608.0)}
+    assert {(r["start_ns"], r["end_ns"]) for r in gemm} == {(2277394169315057, 2277394170476180)}

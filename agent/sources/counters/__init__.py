@@ -24,7 +24,7 @@ from aaco.agent.sources.base import Source, SourceContext
 from aaco.agent.sources.counters.files import WorkloadError
 from aaco.agent.sources.counters.kineto import read_kineto_counters
 from aaco.agent.sources.counters.rocprof_compute import read_pmc_perf, read_sysinfo
-from aaco.agent.sources.counters.rocprofv3 import read_counter_collection
+from aaco.agent.sources.counters.rocprofv3 import agent_arch, read_counter_collection
 from aaco.contract.config_base import StrictModel
 from aaco.contract.counters import CounterRow
 from aaco.contract.schemas import COUNTERS
@@ -80,33 +80,46 @@ class CountersSource(Source):
         for path in captures(self.config.paths):
             if ctx.stop.is_set():
                 return
-            problems: list[str] = []
-            try:
-                self._read(ctx, path, problems)
-            except WorkloadError as exc:
-                ctx.problem(self.name, exc.subject or os.fspath(path), "unreadable", exc.message, fatal=False, count=1)
-            for p in problems:
-                ctx.problem(self.name, os.fspath(path), "malformed", p, fatal=False, count=1)
+            self.rows += publish_capture(ctx, self.name, path, arch=self.config.arch)
 
-    def _read(self, ctx: SourceContext, path: Path, problems: list[str]) -> None:
-        arch, found = self.config.arch, dict[str, str]()
-        if path.name == "pmc_perf.csv" or path.name.endswith("pmc_perf.csv"):
-            sysinfo = path.with_name("sysinfo.csv")
-            if sysinfo.is_file():
-                arch = read_sysinfo(sysinfo).get("gpu_arch") or arch
-            rows: Iterator[CounterRow] = (r for d in read_pmc_perf(path, problems) for r in d.rows())
-        elif path.name.endswith((".json", ".json.gz")):
-            rows = read_kineto_counters(path, problems, found)
-        else:
-            rows = read_counter_collection(path, problems)
-        mtime, read = path.stat().st_mtime_ns, 0
-        while chunk := list(islice(rows, BATCH_ROWS)):
-            arch = found.get("arch") or arch  # a Kineto trace names its GPU's compute capability
-            table = to_table(chunk, ctx.node, self.name, arch, mtime)
-            ctx.publish(self.name, "counters", table, durable=True)
-            read += table.num_rows
-        self.rows += read
-        log.info("%s: %d counter rows from %s", self.name, read, path)
+
+def publish_capture(ctx: SourceContext, source: str, path: Path, *, arch: str | None = None) -> int:
+    """Read one counter capture and publish its rows as ``counters``; returns how many.
+
+    The architecture is the capture's own where it says it (rocprof-compute's ``sysinfo.csv``,
+    rocprofv3's ``agent_info.csv``, a Kineto trace's ``deviceProperties``), else ``arch``. A file that
+    is not a capture, and each bad row, is a problem of ``source`` (counted, logged), not an error.
+    """
+    problems: list[str] = []
+    try:
+        read = _publish(ctx, source, path, problems, arch)
+    except WorkloadError as exc:
+        ctx.problem(source, exc.subject or os.fspath(path), "unreadable", exc.message, fatal=False, count=1)
+        read = 0
+    for p in problems:
+        ctx.problem(source, os.fspath(path), "malformed", p, fatal=False, count=1)
+    return read
+
+
+def _publish(ctx: SourceContext, source: str, path: Path, problems: list[str], arch: str | None) -> int:
+    found: dict[str, str] = {}
+    if path.name.endswith("pmc_perf.csv"):
+        sysinfo = path.with_name("sysinfo.csv")
+        if sysinfo.is_file():
+            arch = read_sysinfo(sysinfo).get("gpu_arch") or arch
+        rows: Iterator[CounterRow] = (r for d in read_pmc_perf(path, problems) for r in d.rows())
+    elif path.name.endswith((".json", ".json.gz")):
+        rows = read_kineto_counters(path, problems, found)
+    else:
+        arch = agent_arch(path) or arch
+        rows = read_counter_collection(path, problems)
+    mtime, read = path.stat().st_mtime_ns, 0
+    while chunk := list(islice(rows, BATCH_ROWS)):
+        table = to_table(chunk, ctx.node, source, found.get("arch") or arch, mtime)
+        ctx.publish(source, "counters", table, durable=True)
+        read += table.num_rows
+    log.info("%s: %d counter rows from %s", source, read, path)
+    return read
 
 
 def to_table(rows: list[CounterRow], node: str, source: str, arch: str | None, mtime_ns: int) -> pa.Table:

@@ -61,3 +61,23 @@ def read_counter_collection(path: Path, problems: list[str] | None = None) -> It
                 name,
                 value,
             )
+
+
+def agent_arch(counters: Path) -> str | None:
+    """The GPU architecture (``gfx90a``) of the ``agent_info.csv`` beside a counter collection, if there is one.
+
+    rocprofv3 writes ``<pid>_agent_info.csv`` next to ``<pid>_counter_collection.csv``: one row per agent,
+    the GPU's ``Name`` its architecture. The first GPU's is taken; None without the file or a GPU row.
+    """
+    prefix = counters.name[: -len("counter_collection.csv")]
+    info = counters.with_name(f"{prefix}agent_info.csv")
+    if not info.is_file():
+        return None
+    try:
+        with open_csv(info) as fh:
+            for row in csv.DictReader(fh):
+                if row.get("Agent_Type") == "GPU" and row.get("Name"):
+                    return row["Name"].strip()
+    except WorkloadError:
+        return None
+    return None

@@ -12,7 +12,8 @@ these once, as a note rather than an error (``NotRead``):
   AverageNs, Percentage, MinNs, MaxNs, StdDev``. Derived from the traces beside them.
 - hardware counters, ``--pmc`` (``counter_collection.csv``): header ``Correlation_Id,
   Dispatch_Id, Agent_Id, ..., Kernel_Name, ..., Counter_Name, Counter_Value[, Start_Timestamp,
-  End_Timestamp]``, no ``Kind`` column. Not read yet.
+  End_Timestamp]``, no ``Kind`` column. Read by the ``counters`` source and the ``capture``
+  source's ``pmc`` windows (docs/counters.md), not as a trace.
 - scratch memory and memory allocation traces (``scratch_memory_trace.csv``,
   ``memory_allocation_trace.csv``): ``Kind, Operation, Agent_Id, ...``. Not events AACO stores.
 - the same events in the output formats AACO does not parse: ``*.pftrace`` (Perfetto) and
@@ -62,7 +63,9 @@ def not_read(path: Path, head: bytes) -> NotRead | None:
     if cols >= _STATS:
         return NotRead(path, "rocprofv3 statistics (--stats), derived from the traces beside it; not read")
     if cols >= _COUNTERS and "Kind" not in cols:
-        return NotRead(path, "rocprofv3 hardware counters (--pmc, counter collection); not read yet")
+        return NotRead(
+            path, "rocprofv3 hardware counters (--pmc): read by a counters source or a capture window, not as a trace"
+        )
     if cols >= _MEMORY and "Kernel_Name" not in cols and "Direction" not in cols:
         what = "memory allocation" if "Allocation_Size" in cols else "scratch memory"
         return NotRead(path, f"a rocprofv3 {what} trace; not a kind of event AACO stores, not read")

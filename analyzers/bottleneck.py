@@ -304,6 +304,10 @@ class BottleneckAnalyzer(DerivedAnalyzer):
             if shares:
                 s["compute_kernel_pct"] = sum(shares.get(f, 0.0) for f in COMPUTE_FAMILIES)
                 s["memory_bound_kernel_pct"] = sum(shares.get(f, 0.0) for f in MEMORY_FAMILIES)
+        placed = getattr(results.get("roofline"), "placed_shares", None)
+        roof = placed(*key) if placed is not None else None
+        if roof is not None:  # hardware counters placed the model's kernels: the roofline says, not their names
+            s["compute_kernel_pct"], s["memory_bound_kernel_pct"] = roof
         s.update(_telemetry(results.get("telemetry"), key[0], m, s.get("gpu_active_ratio")))
         s.update(_sched(results.get("sched"), key[0], m))
         s.update(_throttle(results.get("throttle"), key))

@@ -2,9 +2,11 @@
 
 The rows of every dispatch are folded (only the counters a formula reads, ``FORMULA_COUNTERS``),
 the most recent ``max_dispatches`` dispatches kept; at each snapshot their work is computed per
-node, GPU architecture and kernel family (``contract.kernels.family_of``: bounded labels) with the
-formulas of ``contract.roofline``, and placed under the architecture's peaks where
-``analyzers.roofline.peaks`` gives them (rocprof-compute's ``roofline.csv`` names).
+node, model (the rows', "" when unknown), GPU architecture and kernel family
+(``contract.kernels.family_of``: bounded labels) with the formulas of ``contract.roofline``, and
+placed under the architecture's peaks where ``analyzers.roofline.peaks`` gives them
+(rocprof-compute's ``roofline.csv`` names, or a GPU model of ``contract.gpu_peaks``). The bottleneck
+class reads the placement of a model's families (docs/bottleneck_taxonomy.md).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from aaco.contract.roofline import FORMULA_COUNTERS, KernelWork, Placement, plac
 from aaco.contract.schemas import EventBatch
 from aaco.contract.signals import MetricPoint, PointBuilder, define
 
-LABELS: Final = ("node", "arch", "family")
+LABELS: Final = ("node", "model", "arch", "family")
 INTENSITY = define(
     "aaco.kernel.family.arithmetic_intensity",
     "aaco_kernel_family_arithmetic_intensity",
@@ -92,9 +94,24 @@ class RooflineSettings(StrictModel):
 
 @dataclass(frozen=True)
 class RooflineResult:
-    """Per (node, architecture, family): its work per call and, with peaks, its placement."""
+    """Per (node, model, architecture, family): its work per call and, with peaks, its placement."""
 
-    families: tuple[tuple[str, str, KernelWork, Placement | None], ...]  # (node, arch, work, placement)
+    families: tuple[tuple[str, str, str, KernelWork, Placement | None], ...]  # (node, model, arch, work, placement)
+
+    def placed_shares(self, node: str, model: str) -> tuple[float, float] | None:
+        """Shares of a model's counted kernel time in families placed compute-bound and memory-bound (None: none)."""
+        placed = [
+            (w.total_duration_ns, where.bound)
+            for n, m, _, w, where in self.families
+            if (n, m) == (node, model) and where
+        ]
+        total = sum(t for t, _ in placed)
+        if not placed or total <= 0:
+            return None
+        return (
+            sum(t for t, b in placed if b == "compute") / total,
+            sum(t for t, b in placed if b == "memory") / total,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """``{"families": [...]}``: work, intensities, rates and placement of each."""
@@ -102,6 +119,7 @@ class RooflineResult:
             "families": [
                 {
                     "node": node,
+                    "model": model,
                     "arch": arch,
                     "family": w.kernel,
                     "calls": w.calls,
@@ -116,15 +134,15 @@ class RooflineResult:
                     "bound": where.bound if where else None,
                     "roof_fraction": where.roof_fraction if where else None,
                 }
-                for node, arch, w, where in self.families
+                for node, model, arch, w, where in self.families
             ]
         }
 
     def points(self) -> list[MetricPoint]:
         """The gauges of every family."""
         pb = PointBuilder()
-        for node, arch, w, where in self.families:
-            labels = {"node": node, "arch": arch, "family": w.kernel}
+        for node, model, arch, w, where in self.families:
+            labels = {"node": node, "model": model, "arch": arch, "family": w.kernel}
             for level in ("hbm", "l2", "l1"):
                 pb.add(INTENSITY, w.intensity(level), **labels, level=level)
             pb.add(FLOPS, w.flops_per_s, **labels)
@@ -143,7 +161,7 @@ class RooflineAnalyzer(Analyzer):
 
     def __init__(self, settings: RooflineSettings | None = None) -> None:
         self.s = settings or RooflineSettings()
-        self._dispatches: OrderedDict[tuple[Any, ...], tuple[str, str, Dispatch]] = OrderedDict()
+        self._dispatches: OrderedDict[tuple[Any, ...], tuple[str, str, str, Dispatch]] = OrderedDict()
 
     def update(self, item: EventBatch) -> None:
         """Keep the formulas' counters of each dispatch."""
@@ -154,6 +172,7 @@ class RooflineAnalyzer(Analyzer):
             c: b.column(c).to_pylist()
             for c in (
                 "node",
+                "model",
                 "arch",
                 "pid",
                 "device",
@@ -166,30 +185,29 @@ class RooflineAnalyzer(Analyzer):
             )
         }
         for i, counter in enumerate(cols["counter"]):
-            node, arch = cols["node"][i], cols["arch"][i] or ""
-            key = (node, arch, cols["pid"][i], cols["device"][i], cols["dispatch_id"][i])
+            node, model, arch = cols["node"][i], cols["model"][i] or "", cols["arch"][i] or ""
+            key = (node, model, arch, cols["pid"][i], cols["device"][i], cols["dispatch_id"][i])
             held = self._dispatches.get(key)
             if held is None:
                 d = Dispatch(
                     cols["dispatch_id"][i], cols["kernel"][i], cols["device"][i], cols["start_ns"][i], cols["end_ns"][i]
                 )
-                held = self._dispatches[key] = (node, arch, d)
+                held = self._dispatches[key] = (node, model, arch, d)
                 while len(self._dispatches) > self.s.max_dispatches:
                     self._dispatches.popitem(last=False)
-            held[2].counters[counter] = float(cols["value"][i])
+            held[3].counters[counter] = float(cols["value"][i])
 
     def snapshot(self) -> RooflineResult:
         """Each family's work over the dispatches held, placed where the architecture's peaks are known."""
-        groups: dict[tuple[str, str], list[Dispatch]] = {}
-        for node, arch, d in self._dispatches.values():
-            groups.setdefault((node, arch), []).append(
-                replace(d, kernel=family_of(d.kernel), counters=dict(d.counters))
-            )
+        groups: dict[tuple[str, str, str], list[Dispatch]] = {}
+        for node, model, arch, d in self._dispatches.values():
+            family = replace(d, kernel=family_of(d.kernel), counters=dict(d.counters))
+            groups.setdefault((node, model, arch), []).append(family)
         out = []
-        for (node, arch), found in sorted(groups.items()):
+        for (node, model, arch), found in sorted(groups.items()):
             peaks = self.s.peaks_of(arch)
             for w in sorted(work_for(arch, found), key=lambda w: w.kernel):
-                out.append((node, arch, w, place(w, peaks) if peaks else None))
+                out.append((node, model, arch, w, place(w, peaks) if peaks else None))
         return RooflineResult(tuple(out))
 
 

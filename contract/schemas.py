@@ -221,6 +221,7 @@ COUNTERS: Final = _schema(
         ("arch", STR),  # the GPU's architecture (gfx90a, gfx942, sm_80): which formulas apply (contract/roofline.py)
         ("op_name", STR),  # the framework operator that launched the kernel, innermost (Kineto captures)
         ("top_op", STR),  # ... and outermost
+        ("model", STR),  # the model of the process counted (a capture window's, or the counters source's model)
         ("run_id", STR),
     ],
 )

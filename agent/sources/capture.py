@@ -476,7 +476,7 @@ class CaptureSource(Source):
         found = expand_paths([out])
         for skipped in found.not_read:  # beside the traces: the --pmc counters are read, the rest is not
             if skipped.path.name.endswith("counter_collection.csv"):
-                publish_capture(ctx, self.name, skipped.path)
+                publish_capture(ctx, self.name, skipped.path, model=model)
         for path in found.files:
             try:
                 if path.stat().st_size <= cfg.max_file_bytes:

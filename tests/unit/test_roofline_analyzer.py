@@ -30,9 +30,9 @@ def test_the_family_s_work_is_the_kernel_s_and_it_is_placed_under_the_measured_r
     a = RooflineAnalyzer(RooflineSettings(peaks={"gfx90a": peaks}))
     for b in batches(chunk):
         a.update(b)
-    ((node, arch, w, where),) = a.snapshot().families
+    ((node, model, arch, w, where),) = a.snapshot().families
     (expected,) = kernel_work(read_pmc_perf(VCOPY / "pmc_perf.csv"), "MI200", 32)
-    assert (node, arch, w.kernel) == ("node-a", "gfx90a", family_of(expected.kernel))
+    assert (node, model, arch, w.kernel) == ("node-a", "", "gfx90a", family_of(expected.kernel))
     assert (w.calls, w.hbm_bytes, w.l2_bytes, w.total_duration_ns) == (
         expected.calls,
         pytest.approx(expected.hbm_bytes),
@@ -55,5 +55,21 @@ def test_without_peaks_nothing_is_placed_and_old_dispatches_are_dropped():
     a = RooflineAnalyzer(RooflineSettings(max_dispatches=2))
     for b in batches(100_000):
         a.update(b)
-    ((_, _, w, where),) = a.snapshot().families
+    ((_, _, _, w, where),) = a.snapshot().families
     assert where is None and w.calls == 2  # the two most recent of three
+
+
+def test_the_bottleneck_class_reads_the_model_s_placed_kernels():
+    """Where counters placed a model's families, compute_kernel_pct / memory_bound_kernel_pct are the roofline's."""
+    from aaco.analyzers.bottleneck import BottleneckAnalyzer
+
+    peaks = read_peaks(VCOPY / "roofline.csv")["0"]
+    rows = [r for d in read_pmc_perf(VCOPY / "pmc_perf.csv") for r in d.rows()]
+    a = RooflineAnalyzer(RooflineSettings(peaks={"gfx90a": peaks}))
+    a.update(EventBatch("counters", to_table(rows, "node-a", "counters", "gfx90a", 1, "vcopy"), "counters"))
+    result = a.snapshot()
+    assert result.placed_shares("node-a", "vcopy") == (0.0, 1.0)  # the copy kernel: all its time memory-bound
+    assert result.placed_shares("node-a", "other") is None
+    signals = BottleneckAnalyzer().signals(("node-a", "vcopy"), {"roofline": result})
+    assert (signals["compute_kernel_pct"], signals["memory_bound_kernel_pct"]) == (0.0, 1.0)
+    assert "memory_bound_kernel_pct" not in BottleneckAnalyzer().signals(("node-a", "other"), {"roofline": result})

@@ -49,6 +49,10 @@ class CountersSourceConfig(StrictModel):
     arch: str | None = Field(
         None, description="The GPU architecture (gfx90a, gfx942) where a capture does not say it (rocprofv3)."
     )
+    model: str | None = Field(
+        None,
+        description="The model the captures profiled (their rows' model; the bottleneck class per model reads it).",
+    )
 
 
 def _known(p: Path) -> bool:
@@ -80,19 +84,22 @@ class CountersSource(Source):
         for path in captures(self.config.paths):
             if ctx.stop.is_set():
                 return
-            self.rows += publish_capture(ctx, self.name, path, arch=self.config.arch)
+            self.rows += publish_capture(ctx, self.name, path, arch=self.config.arch, model=self.config.model)
 
 
-def publish_capture(ctx: SourceContext, source: str, path: Path, *, arch: str | None = None) -> int:
+def publish_capture(
+    ctx: SourceContext, source: str, path: Path, *, arch: str | None = None, model: str | None = None
+) -> int:
     """Read one counter capture and publish its rows as ``counters``; returns how many.
 
     The architecture is the capture's own where it says it (rocprof-compute's ``sysinfo.csv``,
-    rocprofv3's ``agent_info.csv``, a Kineto trace's ``deviceProperties``), else ``arch``. A file that
+    rocprofv3's ``agent_info.csv``, a Kineto trace's ``deviceProperties``), else ``arch``; ``model`` is
+    the rows' model. A file that
     is not a capture, and each bad row, is a problem of ``source`` (counted, logged), not an error.
     """
     problems: list[str] = []
     try:
-        read = _publish(ctx, source, path, problems, arch)
+        read = _publish(ctx, source, path, problems, arch, model)
     except WorkloadError as exc:
         ctx.problem(source, exc.subject or os.fspath(path), "unreadable", exc.message, fatal=False, count=1)
         read = 0
@@ -101,7 +108,9 @@ def publish_capture(ctx: SourceContext, source: str, path: Path, *, arch: str | 
     return read
 
 
-def _publish(ctx: SourceContext, source: str, path: Path, problems: list[str], arch: str | None) -> int:
+def _publish(
+    ctx: SourceContext, source: str, path: Path, problems: list[str], arch: str | None, model: str | None
+) -> int:
     found: dict[str, str] = {}
     if path.name.endswith("pmc_perf.csv"):
         sysinfo = path.with_name("sysinfo.csv")
@@ -115,14 +124,16 @@ def _publish(ctx: SourceContext, source: str, path: Path, problems: list[str], a
         rows = read_counter_collection(path, problems)
     mtime, read = path.stat().st_mtime_ns, 0
     while chunk := list(islice(rows, BATCH_ROWS)):
-        table = to_table(chunk, ctx.node, source, found.get("arch") or arch, mtime)
+        table = to_table(chunk, ctx.node, source, found.get("arch") or arch, mtime, model)
         ctx.publish(source, "counters", table, durable=True)
         read += table.num_rows
     log.info("%s: %d counter rows from %s", source, read, path)
     return read
 
 
-def to_table(rows: list[CounterRow], node: str, source: str, arch: str | None, mtime_ns: int) -> pa.Table:
+def to_table(
+    rows: list[CounterRow], node: str, source: str, arch: str | None, mtime_ns: int, model: str | None = None
+) -> pa.Table:
     """Rows as a ``counters`` table; an untimed dispatch (start 0) takes ``mtime_ns``."""
     cols = list(zip(*rows, strict=True))
     start = [s or mtime_ns for s in cols[0]]
@@ -143,6 +154,7 @@ def to_table(rows: list[CounterRow], node: str, source: str, arch: str | None, m
         "arch": [arch] * n,
         "op_name": [o or None for o in cols[9]],
         "top_op": [o or None for o in cols[10]],
+        "model": [model] * n,
     }
     return pa.table({k: pa.array(v, COUNTERS.field(k).type) for k, v in data.items()})
 

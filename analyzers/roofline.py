@@ -98,6 +98,15 @@ class RooflineResult:
 
     families: tuple[tuple[str, str, str, KernelWork, Placement | None], ...]  # (node, model, arch, work, placement)
 
+    def model_families(self, model: str) -> dict[str, dict[str, Any]]:
+        """Per family of ``model`` (over its nodes: the entry with the most calls), what a baseline keeps of it."""
+        out: dict[str, dict[str, Any]] = {}
+        for row in self.to_dict()["families"]:
+            if row["model"] == model and row["calls"] > out.get(row["family"], {}).get("calls", 0):
+                keep = ("calls", "ai_hbm", "ai_l2", "ai_l1", "gflops_per_s", "hbm_bytes_per_s", "bound")
+                out[row["family"]] = {k: row[k] for k in keep}
+        return out
+
     def placed_shares(self, node: str, model: str) -> tuple[float, float] | None:
         """Shares of a model's counted kernel time in families placed compute-bound and memory-bound (None: none)."""
         placed = [
@@ -131,6 +140,7 @@ class RooflineResult:
                     "ai_l2": w.intensity("l2"),
                     "ai_l1": w.intensity("l1"),
                     "gflops_per_s": w.flops_per_s / 1e9,
+                    "hbm_bytes_per_s": w.hbm_bytes / w.avg_duration_ns * 1e9 if w.avg_duration_ns else None,
                     "bound": where.bound if where else None,
                     "roof_fraction": where.roof_fraction if where else None,
                 }

@@ -216,6 +216,35 @@ def evidence(base: Mapping[str, Any], session: Mapping[str, Any]) -> dict[str, A
     return out
 
 
+def roofline_changes(base: Mapping[str, Any], session: Mapping[str, Any], min_delta_pct: float) -> list[dict[str, Any]]:
+    """Kernel families whose HBM intensity or bandwidth moved by at least ``min_delta_pct``, largest first.
+
+    Only families measured by hardware counters in both profiles (docs/regression_verdict.md).
+    """
+    rb, rs = base.get("roofline") or {}, session.get("roofline") or {}
+    out = []
+    for family in sorted(set(rb) & set(rs)):
+        b, s = rb[family], rs[family]
+        ai, bw = _pct(s.get("ai_hbm"), b.get("ai_hbm")), _pct(s.get("hbm_bytes_per_s"), b.get("hbm_bytes_per_s"))
+        moved = max((abs(v) for v in (ai, bw) if v is not None), default=0.0)
+        if moved >= min_delta_pct:
+            out.append(
+                {
+                    "family": family,
+                    "ai_hbm": {"baseline": b.get("ai_hbm"), "session": s.get("ai_hbm"), "delta_pct": ai},
+                    "hbm_bytes_per_s": {
+                        "baseline": b.get("hbm_bytes_per_s"),
+                        "session": s.get("hbm_bytes_per_s"),
+                        "delta_pct": bw,
+                    },
+                    "bound": {"baseline": b.get("bound"), "session": s.get("bound")},
+                    "_moved": moved,
+                }
+            )
+    out.sort(key=lambda c: -c["_moved"])
+    return [{k: v for k, v in c.items() if k != "_moved"} for c in out]
+
+
 def compare(
     base: Mapping[str, Any],
     session: Mapping[str, Any],
@@ -236,13 +265,21 @@ def compare(
     cause = suspected_cause(base, session, parts, drop) if test["regression"] else None
     fb = base.get("family_time_per_iteration_s") or {}
     fs = session.get("family_time_per_iteration_s") or {}
+    changes = roofline_changes(base, session, min_delta_pct)
+    said = evidence(base, session)
+    if changes:  # the kernel family the counters say changed most: what the verdict names
+        top = changes[0]
+        said["roofline_change"] = (
+            f"{top['family']}: HBM bandwidth {fmt_pct(top['hbm_bytes_per_s']['delta_pct'])}, "
+            f"arithmetic intensity {fmt_pct(top['ai_hbm']['delta_pct'])}"
+        )
     return {
         "regression": test["regression"],
         "severity": severity(test["latency_delta_pct"], test["regression"]),
         "confidence": test["confidence"],
         "latency_delta_pct": test["latency_delta_pct"],
         "suspected_cause": cause,
-        "evidence": evidence(base, session),
+        "evidence": said,
         "recommendation": RECOMMENDATIONS[cause] if cause else None,
         "latency_delta_ci95_pct": test["latency_delta_ci95_pct"],
         "p_value": test["p_value"],
@@ -271,4 +308,5 @@ def compare(
             "baseline": (base.get("bottleneck") or {}).get("bottleneck_class"),
             "session": (session.get("bottleneck") or {}).get("bottleneck_class"),
         },
+        "roofline_changes": changes,
     }

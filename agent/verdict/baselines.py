@@ -72,11 +72,16 @@ def build_baseline(lake: Lake, models: list[str] | None = None, machine: bool = 
             f"no iterations of model {', '.join(missing)} in {lake.root} (it has: {', '.join(available)})",
             subject="--model",
         )
-    classes = _bottlenecks(analyze(lake))
+    results = analyze(lake)
+    classes = _bottlenecks(results)
+    roofline = results.get("roofline")
     profiles: dict[str, Any] = {}
     for m in chosen:
         p = model_profile(iterations, lake.table("kernels"), m)
         p["bottleneck"] = classes.get(m, (0, None))[1]
+        families = roofline.model_families(m) if hasattr(roofline, "model_families") else {}
+        if families:  # hardware counters of the model's kernels (docs/counters.md)
+            p["roofline"] = families
         profiles[m] = p
     return {
         "format": FORMAT,

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from aaco.contract.errors import AacoError
 from aaco.contract.schemas import SCHEMAS, TIME_COLUMN, EventBatch, conform
 
-ANALYZED_KINDS = ("telemetry", "sched", "iterations", "kernels")  # findings are output, not input
+ANALYZED_KINDS = ("telemetry", "sched", "iterations", "kernels", "counters")  # findings are output, not input
 FEED_ROWS = 16_384
 
 

@@ -73,3 +73,25 @@ def test_the_bottleneck_class_reads_the_model_s_placed_kernels():
     signals = BottleneckAnalyzer().signals(("node-a", "vcopy"), {"roofline": result})
     assert (signals["compute_kernel_pct"], signals["memory_bound_kernel_pct"]) == (0.0, 1.0)
     assert "memory_bound_kernel_pct" not in BottleneckAnalyzer().signals(("node-a", "other"), {"roofline": result})
+
+
+def test_the_regression_verdict_names_the_family_whose_bandwidth_changed():
+    from aaco.analyzers.verdict import compare
+
+    rows = [r for d in read_pmc_perf(VCOPY / "pmc_perf.csv") for r in d.rows()]
+    a = RooflineAnalyzer()
+    a.update(EventBatch("counters", to_table(rows, "node-a", "counters", "gfx90a", 1, "vcopy"), "counters"))
+    families = a.snapshot().model_families("vcopy")
+    (family,) = families
+    assert families[family]["hbm_bytes_per_s"] == pytest.approx(15072341.333333334 / 17440 * 1e9)
+    slower = {family: {**families[family], "hbm_bytes_per_s": families[family]["hbm_bytes_per_s"] * 0.6}}
+    lat = [0.010] * 30
+    base = {"latency_s": lat, "roofline": families}
+    session = {"latency_s": [0.013] * 30, "roofline": slower}
+    v = compare(base, session)
+    (change,) = v["roofline_changes"]
+    assert change["family"] == family and change["hbm_bytes_per_s"]["delta_pct"] == pytest.approx(-40.0)
+    assert (
+        v["evidence"]["roofline_change"] == f"{family}: HBM bandwidth -40%, arithmetic intensity n/a"
+    )  # 0 FLOP/byte both times
+    assert compare(base, {"latency_s": lat, "roofline": families})["roofline_changes"] == []  # nothing moved

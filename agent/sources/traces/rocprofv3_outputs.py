@@ -64,7 +64,7 @@ def not_read(path: Path, head: bytes) -> NotRead | None:
         return NotRead(path, "rocprofv3 statistics (--stats), derived from the traces beside it; not read")
     if cols >= _COUNTERS and "Kind" not in cols:
         return NotRead(
-            path, "rocprofv3 hardware counters (--pmc): not read as a trace (a counters source or capture window reads them)"
+            path, "rocprofv3 hardware counters (--pmc): not read as a trace (the counters source and capture read them)"
         )
     if cols >= _MEMORY and "Kernel_Name" not in cols and "Direction" not in cols:
         what = "memory allocation" if "Allocation_Size" in cols else "scratch memory"

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.integration
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 VCOPY = DATA / "rocprof-compute" / "vcopy"
+CUPTI = DATA.parents[1] / "examples" / "data" / "kineto-hta" / "cupti_profiler_trace.json.gz"
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory, aaco_bin: str) -> Path:
 node: node-a
 sources:
   - type: counters
-    paths: [{root / "vcopy"}, {DATA / "rocprofv3-dir" / "counter_collection.csv"}]
+    paths: [{root / "vcopy"}, {DATA / "rocprofv3-dir" / "counter_collection.csv"}, {CUPTI}]
     arch: gfx90a
 exporters:
   lake: {{path: {root / "lake"}, flush_interval_s: 0.5}}
@@ -46,9 +47,9 @@ exporters:
     proc = start_aaco(aaco_bin, "agent", "--config", str(cfg), log=log)
     try:
         wait_for(
-            lambda: "counter rows from" in log.read_text() and log.read_text().count("counter rows from") >= 4,
+            lambda: "counter rows from" in log.read_text() and log.read_text().count("counter rows from") >= 5,
             timeout=120,
-            what="the counters source's four captures",
+            what="the counters source's five captures",
         )
         time.sleep(1.5)  # the lake's next flush (flush_interval_s 0.5)
     finally:
@@ -137,34 +138,14 @@ def test_roofline_refuses_a_device_the_peaks_do_not_have(lake: Path, aaco_bin: s
     assert "roofline.csv: no device '9' (it has 0, 1, 2, 3)" in res.stderr
 
 
-def test_a_kineto_cupti_capture_through_the_agent_and_aaco_roofline(tmp_path: Path, aaco_bin: str):
+def test_a_kineto_cupti_capture_through_the_agent_and_aaco_roofline(lake: Path, aaco_bin: str):
     """HTA's CUPTI sample (A100): its counters land with the operators, and aaco roofline counts SASS FLOPs."""
-    cfg = tmp_path / "agent.yaml"
-    trace = Path(__file__).resolve().parents[2] / "examples" / "data" / "kineto-hta" / "cupti_profiler_trace.json.gz"
-    cfg.write_text(
-        f"""
-node: node-a
-sources:
-  - type: counters
-    paths: [{trace}]
-exporters:
-  lake: {{path: {tmp_path / "lake"}, flush_interval_s: 0.5}}
-"""
-    )
-    log = tmp_path / "agent.log"
-    proc = start_aaco(aaco_bin, "agent", "--config", str(cfg), log=log)
-    try:
-        wait_for(lambda: "counter rows from" in log.read_text(), timeout=120, what="the CUPTI capture read")
-        time.sleep(1.5)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
-    assert proc.returncode == 0, log.read_text()[-3000:]
-    table = read_lake(tmp_path / "lake", "counters")
-    assert table.num_rows == 77 * 9 and set(table.column("arch").to_pylist()) == {"sm_80"}
-    sixth = [r for r in table.to_pylist() if r["dispatch_id"] == 5]
+    table = read_lake(lake, "counters")
+    rows = [r for r in table.to_pylist() if r["arch"] == "sm_80"]
+    assert len(rows) == 77 * 9
+    sixth = [r for r in rows if r["dispatch_id"] == 5]
     assert {(r["top_op"], r["op_name"]) for r in sixth} == {("aten::conv2d", "aten::cudnn_convolution")}
-    res = run_aaco(aaco_bin, "roofline", "--lake", str(tmp_path / "lake"), "--json")
+    res = run_aaco(aaco_bin, "roofline", "--lake", str(lake), "--json")
     assert res.returncode == 0, res.stderr
     fft = [k for k in json.loads(res.stdout)["kernels"] if "fft2d_r2c_32x32" in k["kernel"]]
     assert fft and all(k["flops"] > 0 and k["bound"] is None for k in fft)  # no byte counters, no peaks: not placed

@@ -11,6 +11,17 @@ from __future__ import annotations
 
 from typing import Final
 
+_MI300X: Final = {
+    "HBMBw": 5325.0,
+    "FP64Flops": 81700.0,
+    "MFMAF64Flops": 163400.0,
+    "FP32Flops": 163400.0,
+    "MFMAF32Flops": 163400.0,
+    "MFMAF16Flops": 1307400.0,
+    "MFMABF16Flops": 1307400.0,
+    "MFMAI8Ops": 2614900.0,
+}
+
 PEAKS: Final[dict[str, dict[str, float]]] = {
     # AMD CDNA 1-4 white papers; ROCm's MI100 and MI300 microarchitecture pages
     "MI100": {
@@ -42,26 +53,8 @@ PEAKS: Final[dict[str, dict[str, float]]] = {
         "MFMABF16Flops": 383000.0,
         "MFMAI8Ops": 383000.0,
     },
-    "MI300X": {
-        "HBMBw": 5325.0,
-        "FP64Flops": 81700.0,
-        "MFMAF64Flops": 163400.0,
-        "FP32Flops": 163400.0,
-        "MFMAF32Flops": 163400.0,
-        "MFMAF16Flops": 1307400.0,
-        "MFMABF16Flops": 1307400.0,
-        "MFMAI8Ops": 2614900.0,
-    },
-    "MI325X": {
-        "HBMBw": 6000.0,
-        "FP64Flops": 81700.0,
-        "MFMAF64Flops": 163400.0,
-        "FP32Flops": 163400.0,
-        "MFMAF32Flops": 163400.0,
-        "MFMAF16Flops": 1307400.0,
-        "MFMABF16Flops": 1307400.0,
-        "MFMAI8Ops": 2614900.0,
-    },
+    "MI300X": _MI300X,
+    "MI325X": {**_MI300X, "HBMBw": 6000.0},  # MI300X's compute, HBM3E at 6 TB/s (CDNA 3 white paper)
     "MI355X": {
         "HBMBw": 8000.0,
         "FP64Flops": 78600.0,

@@ -113,11 +113,14 @@ class WorkloadsSettings(StrictModel):
 class _Use:
     gpu: Hashable  # the physical GPU (its key): a MIG device's or partition's parent
     whole: bool  # the device is a whole GPU, not a slice of one
-    utilization: float = 0.0
-    memory_utilization: float = 0.0
-    memory_bytes: float = 0.0
+    utilization: float | None = None  # each a sum over the workload's processes; None: not measured
+    memory_utilization: float | None = None
+    memory_bytes: float | None = None
     processes: int = 0
-    measured: tuple[bool, bool, bool] = (False, False, False)
+
+    def add(self, name: str, value: float) -> None:
+        """One process's measured value into the workload's sum."""
+        setattr(self, name, (getattr(self, name) or 0.0) + value)
 
 
 @dataclass
@@ -149,9 +152,9 @@ class WorkloadsResult:
                     "gpu": d[1],
                     "gpu_uuid": d[2],
                     **dict(zip(names, w, strict=True)),
-                    "utilization": u.utilization if u.measured[0] else None,
-                    "memory_utilization": u.memory_utilization if u.measured[1] else None,
-                    "memory_bytes": u.memory_bytes if u.measured[2] else None,
+                    "utilization": u.utilization,
+                    "memory_utilization": u.memory_utilization,
+                    "memory_bytes": u.memory_bytes,
                     "processes": u.processes,
                 }
                 for d, w, u in self.uses
@@ -174,13 +177,12 @@ class WorkloadsResult:
         pb = PointBuilder()
         for (node, gpu, uuid), w, u in self.uses:
             labels = _labels(node, gpu, uuid, w)
-            for metric, value, measured in zip(
-                (UTILIZATION, MEMORY_UTILIZATION, MEMORY_USED),
-                (u.utilization, u.memory_utilization, u.memory_bytes),
-                u.measured,
-                strict=True,
+            for metric, value in (
+                (UTILIZATION, u.utilization),
+                (MEMORY_UTILIZATION, u.memory_utilization),
+                (MEMORY_USED, u.memory_bytes),
             ):
-                if measured:
+                if value is not None:
                     pb.add(metric, value, **labels)
             pb.add(PROCESSES, float(u.processes), **labels)
         for (node, gpu, uuid), w, method, joules in self.energy:
@@ -243,17 +245,14 @@ class WorkloadsAnalyzer(Analyzer):
                 use = held[1][(device, _workload(a))] = _Use(*_gpu_key(device, a.get(ATTR_PARENT_UUID, "")))
             value = float(cols["value"][i])
             if metric == PROCESS_UTILIZATION:
-                use.utilization += value
-                use.measured = (True, *use.measured[1:])  # type: ignore[assignment]
+                use.add("utilization", value)
                 use.processes += 1  # every backend that measures a process's share lists it once here
             elif metric == PROCESS_MEMORY_UTILIZATION:
-                use.memory_utilization += value
-                use.measured = (use.measured[0], True, use.measured[2])
+                use.add("memory_utilization", value)
             else:
-                use.memory_bytes += value
-                use.measured = (use.measured[0], use.measured[1], True)
-                if not use.measured[0]:
+                if use.utilization is None:  # a process listed with its memory only (a MIG device, the XML)
                     use.processes += 1
+                use.add("memory_bytes", value)
         for key in [k for k, (ts, _) in self._samples.items() if ts < self._newest - int(self.s.stale_after_s * 1e9)]:
             del self._samples[key]
         self._refresh_activity()
@@ -264,7 +263,7 @@ class WorkloadsAnalyzer(Analyzer):
         for _ts, uses in self._samples.values():
             for (_device, w), use in uses.items():
                 shares, exclusive = activity.setdefault(use.gpu, ({}, True))
-                shares[w] = shares.get(w, 0.0) + use.utilization
+                shares[w] = shares.get(w, 0.0) + (use.utilization or 0.0)
                 activity[use.gpu] = (shares, exclusive and use.whole)
         self._activity = OrderedDict(
             (k, (shares, exclusive and len(shares) == 1)) for k, (shares, exclusive) in activity.items()
@@ -276,7 +275,7 @@ class WorkloadsAnalyzer(Analyzer):
             node, device, uuid = cols["node"][i], cols["device"][i], cols["gpu_uuid"][i] or ""
             if "/" in device:
                 continue  # power and energy are a GPU's, never a MIG device's or partition's
-            key: Hashable = (node, uuid) if uuid else (node, "#" + device)
+            key, _whole = _gpu_key((node, device, uuid), "")
             gpu = self._gpus.pop(key, None) or _Gpu(node, device, uuid)
             self._gpus[key] = gpu
             while len(self._gpus) > self.s.max_gpus:

@@ -25,6 +25,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -92,15 +93,23 @@ def read_environ(pid: int, proc: Path = Path("/proc")) -> dict[str, str] | None:
 
 def process_start_ns(pid: int, proc: Path = Path("/proc")) -> int | None:
     """When a process started, epoch ns (``/proc/<pid>/stat`` field 22 and ``btime``); None if unknown."""
+    boot = _boot_s(proc)
     try:
         stat = (proc / str(pid) / "stat").read_text()
-        lines = (proc / "stat").read_text().splitlines()
-        boot = next(int(line.split()[1]) for line in lines if line.startswith("btime"))
         ticks = int(stat.rsplit(")", 1)[1].split()[19])
-        hz = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    return None if boot is None else boot * 1_000_000_000 + ticks * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+
+
+@functools.lru_cache(maxsize=8)
+def _boot_s(proc: Path) -> int | None:
+    """The boot time (``btime`` of ``/proc/stat``), read once per proc root: it does not change while the host runs."""
+    try:
+        lines = (proc / "stat").read_text().splitlines()
+        return next(int(line.split()[1]) for line in lines if line.startswith("btime"))
     except (OSError, ValueError, IndexError, StopIteration):
         return None
-    return boot * 1_000_000_000 + ticks * 1_000_000_000 // hz
 
 
 def process_job(pid: int, *, started_before_ns: int | None = None, proc: Path = Path("/proc")) -> JobFields | None:

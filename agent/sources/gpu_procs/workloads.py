@@ -32,7 +32,7 @@ from typing import Final
 
 from aaco.agent.sources.jobs import process_start_ns, read_environ
 from aaco.agent.sources.smi.pods import Owner
-from aaco.agent.sources.smi.slurm import SlurmJob, clean
+from aaco.agent.sources.smi.slurm import SlurmJob, environment_job
 from aaco.contract.gpu_processes import Workload
 from aaco.contract.telemetry import GpuIdentity
 
@@ -146,12 +146,7 @@ class WorkloadResolver:
             elif pod_uid in self.logs.pods:
                 pod, namespace, inside = self.logs.pods[pod_uid]
                 container = inside[0] if len(inside) == 1 else ""
-        env = read_environ(pid, self.proc_root) or {}
-        job = SlurmJob(
-            clean(env.get("SLURM_JOB_ID")),
-            clean(env.get("SLURM_JOB_USER") or env.get("USER")) if env.get("SLURM_JOB_ID") else "",
-            clean(env.get("SLURM_JOB_PARTITION")),
-        )
+        job = environment_job(read_environ(pid, self.proc_root) or {}) or SlurmJob("")
         return Workload(pod, namespace, container, pod_uid, container_id, job.id, job.user, job.partition)
 
 

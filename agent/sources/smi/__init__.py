@@ -184,26 +184,17 @@ class SmiSource(Source):
             )
         self.rate = FixedRate(cfg.interval_s)
         try:
-            while not ctx.stop.is_set():
-                self.sample_once(ctx)
-                if cfg.samples is not None and self.taken >= cfg.samples:
-                    break
-                missed = self.rate.missed
-                if self.rate.wait(ctx.stop):
-                    break
-                if self.rate.missed > missed:
-                    ctx.problem(
-                        self.name,
-                        self.backend.name,
-                        "overrun",
-                        f"a sample took longer than the {cfg.interval_s:g}s interval; skipped the slots it overran",
-                        fatal=False,
-                        count=self.rate.missed - missed,
-                    )
+            self.rate.run(ctx.stop, lambda: self.sample_once(ctx), cfg.samples, lambda n: self._overrun(ctx, n))
         finally:
             self.backend.close()
             if self.pods is not None:
                 self.pods.close()
+
+    def _overrun(self, ctx: SourceContext, slots: int) -> None:
+        interval = self.config.interval_s
+        subject = self.backend.name if self.backend is not None else self.name
+        message = f"a sample took longer than the {interval:g}s interval; skipped the slots it overran"
+        ctx.problem(self.name, subject, "overrun", message, fatal=False, count=slots)
 
     def sample_once(self, ctx: SourceContext) -> int:
         """Read the backend once and publish what it gave; returns the rows published."""

@@ -35,7 +35,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
@@ -170,17 +170,21 @@ def gpu_processes(proc: Path = Path("/proc"), dev_root: Path = Path("/dev")) -> 
     return out
 
 
+def environment_job(env: Mapping[str, str]) -> SlurmJob | None:
+    """The Slurm job a process environment names (``SLURM_JOB_ID``; its user, else ``USER``; its partition)."""
+    job_id = clean(env.get("SLURM_JOB_ID"))
+    if not job_id:
+        return None
+    return SlurmJob(job_id, clean(env.get("SLURM_JOB_USER") or env.get("USER")), clean(env.get("SLURM_JOB_PARTITION")))
+
+
 def environment_jobs(proc: Path = Path("/proc"), dev_root: Path = Path("/dev")) -> dict[GpuKey, list[SlurmJob]]:
     """GPU index -> the Slurm jobs of the processes that hold it open (``SLURM_JOB_ID`` in their environment)."""
     out: dict[GpuKey, list[SlurmJob]] = {}
     for pid, gpus in sorted(gpu_processes(proc, dev_root).items()):
-        env = read_environ(pid, proc)
-        job_id = clean((env or {}).get("SLURM_JOB_ID"))
-        if env is None or not job_id:
+        job = environment_job(read_environ(pid, proc) or {})
+        if job is None:
             continue
-        job = SlurmJob(
-            job_id, clean(env.get("SLURM_JOB_USER") or env.get("USER")), clean(env.get("SLURM_JOB_PARTITION"))
-        )
         for gpu in gpus:
             jobs = out.setdefault((gpu, None), [])
             if job not in jobs:

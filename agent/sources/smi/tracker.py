@@ -51,6 +51,22 @@ class FixedRate:
         """Sleep until the next slot; True if ``stop`` was set meanwhile."""
         return stop.wait(self.next_delay())
 
+    def run(
+        self, stop: threading.Event, sample: Callable[[], int], samples: int | None, overrun: Callable[[int], None]
+    ) -> None:
+        """``sample()`` at every slot until ``stop`` (or ``samples`` taken); ``overrun(n)`` for slots skipped."""
+        taken = 0
+        while not stop.is_set():
+            sample()
+            taken += 1
+            if samples is not None and taken >= samples:
+                return
+            missed = self.missed
+            if self.wait(stop):
+                return
+            if self.missed > missed:
+                overrun(self.missed - missed)
+
 
 @dataclass
 class Transitions:

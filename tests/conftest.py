@@ -10,7 +10,7 @@ import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -20,6 +20,27 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "examples" / "data"
 REQUIRE_REAL = os.environ.get("AACO_REQUIRE_REAL") == "1"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist's controller, per worker: pass on its own COLUMNS (or its absence)."""
+    node.workerinput["aaco_columns"] = os.environ.get("COLUMNS")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In an xdist worker, COLUMNS as the controller has it.
+
+    A worker starts with ``COLUMNS=80`` set, which the ``aaco`` commands the tests run would read as
+    their terminal's width; the tests run them as the person running the suite would.
+    """
+    given = getattr(config, "workerinput", None)
+    if given is None:
+        return
+    if given.get("aaco_columns") is None:
+        os.environ.pop("COLUMNS", None)
+    else:
+        os.environ["COLUMNS"] = given["aaco_columns"]
 
 
 def skip_or_fail(reason: str) -> None:

@@ -1,6 +1,7 @@
 """The ``counters`` source: hardware counter captures read once, as ``counters`` rows (docs/counters.md).
 
-Each configured path is a ``counter_collection.csv`` (rocprofv3 ``--pmc``), a rocprof-compute
+Each configured path is a ``counter_collection.csv``, JSON output or rocpd database (``.db``) of
+rocprofv3 ``--pmc``, a rocprof-compute
 workload directory (its ``pmc_perf.csv``, with ``sysinfo.csv`` naming the GPU's architecture), a
 Kineto trace taken in CUPTI profiler mode (``.json``, ``.json.gz``), or a directory searched for
 them (at most ``MAX_FILES``). Rows the capture does not time take the file's
@@ -21,10 +22,12 @@ import pyarrow as pa
 from pydantic import Field
 
 from aaco.agent.sources.base import Source, SourceContext
-from aaco.agent.sources.counters.files import WorkloadError
+from aaco.agent.sources.counters.files import WorkloadError, head
 from aaco.agent.sources.counters.kineto import read_kineto_counters
+from aaco.agent.sources.counters.rocpd import read_rocpd_counters
 from aaco.agent.sources.counters.rocprof_compute import read_pmc_perf, read_sysinfo
 from aaco.agent.sources.counters.rocprofv3 import agent_arch, read_counter_collection
+from aaco.agent.sources.counters.rocprofv3_json import is_rocprofv3_json, read_rocprofv3_counters
 from aaco.contract.config_base import StrictModel
 from aaco.contract.counters import CounterRow
 from aaco.contract.schemas import COUNTERS
@@ -36,15 +39,16 @@ NAMES: Final = ("pmc_perf.csv", "counter_collection.csv")
 
 
 class CountersSourceConfig(StrictModel):
-    """Hardware counter captures (rocprofv3 --pmc, rocprof-compute workloads), read once."""
+    """Hardware counter captures (rocprofv3 --pmc, rocprof-compute workloads, CUPTI Kineto traces), read once."""
 
     type: Literal["counters"] = "counters"
     name: str | None = Field(None, description="Source name in metrics and logs (default: the type).")
     paths: list[Path] = Field(
         ...,
         min_length=1,
-        description="counter_collection.csv files, rocprof-compute workload directories (pmc_perf.csv), or "
-        "directories holding them (searched recursively).",
+        description="counter_collection.csv files, rocprofv3 JSON outputs, rocpd databases, rocprof-compute "
+        "workload directories (pmc_perf.csv), Kineto traces in CUPTI profiler mode, or directories holding them "
+        "(searched recursively).",
     )
     arch: str | None = Field(
         None, description="The GPU architecture (gfx90a, gfx942) where a capture does not say it (rocprofv3)."
@@ -56,7 +60,7 @@ class CountersSourceConfig(StrictModel):
 
 
 def _known(p: Path) -> bool:
-    return p.name in NAMES or p.name.endswith(("_counter_collection.csv", ".json", ".json.gz"))
+    return p.name in NAMES or p.name.endswith(("_counter_collection.csv", ".json", ".json.gz", ".db", ".db.gz"))
 
 
 def captures(paths: list[Path]) -> Iterator[Path]:
@@ -93,7 +97,8 @@ def publish_capture(
     """Read one counter capture and publish its rows as ``counters``; returns how many.
 
     The architecture is the capture's own where it says it (rocprof-compute's ``sysinfo.csv``,
-    rocprofv3's ``agent_info.csv``, a Kineto trace's ``deviceProperties``), else ``arch``; ``model`` is
+    rocprofv3's ``agent_info.csv`` or its JSON's and rocpd's agents, a Kineto trace's
+    ``deviceProperties``), else ``arch``; ``model`` is
     the rows' model. A file that
     is not a capture, and each bad row, is a problem of ``source`` (counted, logged), not an error.
     """
@@ -117,6 +122,10 @@ def _publish(
         if sysinfo.is_file():
             arch = read_sysinfo(sysinfo).get("gpu_arch") or arch
         rows: Iterator[CounterRow] = (r for d in read_pmc_perf(path, problems) for r in d.rows())
+    elif path.name.endswith((".db", ".db.gz")):
+        rows = read_rocpd_counters(path, problems, found)
+    elif path.name.endswith((".json", ".json.gz")) and is_rocprofv3_json(head(path)):
+        rows = (r for d in read_rocprofv3_counters(path, problems, found) for r in d.rows())
     elif path.name.endswith((".json", ".json.gz")):
         rows = read_kineto_counters(path, problems, found)
     else:

@@ -70,18 +70,19 @@ FORMAT = "rocpd"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
-def _columns(con: sqlite3.Connection, table: str) -> set[str]:
+def columns(con: sqlite3.Connection, table: str) -> set[str]:
+    """The columns of a table or view (none when the database has no such name)."""
     try:
         return {row[1] for row in con.execute(f'PRAGMA table_info("{table}")')}
     except sqlite3.DatabaseError:
         return set()
 
 
-class _Layout:
+class Layout:
     """SQL fragments for one table generation: where times, pid, tid, agent, queue, stream come from."""
 
     def __init__(self, con: sqlite3.Connection, table: str, alias: str) -> None:
-        cols = _columns(con, table)
+        cols = columns(con, table)
         self.present = bool(cols)
         self.tracked = "track_id" in cols and "start" not in cols
         a = alias
@@ -107,7 +108,7 @@ class _Layout:
 
 
 def _agents(con: sqlite3.Connection) -> AgentMap:
-    if not _columns(con, "rocpd_info_agent"):
+    if not columns(con, "rocpd_info_agent"):
         return AgentMap()
     agents = []
     for row in con.execute(
@@ -133,7 +134,7 @@ def _agents(con: sqlite3.Connection) -> AgentMap:
 
 def _process_info(con: sqlite3.Connection) -> tuple[str | None, int | None]:
     """(model, anchor_raw_ns) from ``rocpd_info_process`` (``command``, ``fini``, ``end``), when present."""
-    cols = _columns(con, "rocpd_info_process")
+    cols = columns(con, "rocpd_info_process")
     pick = [c for c in ("command", "fini", "end") if c in cols]
     if not pick:
         return None, None
@@ -166,7 +167,7 @@ def _argv(command: str) -> list[str] | str:
 
 def _regions(con: sqlite3.Connection, where: str) -> Iterator[tuple[Any, ...]]:
     """(start, end, pid, tid, correlation_id, name, message, category) of regions matching ``where``."""
-    lay = _Layout(con, "rocpd_region", "R")
+    lay = Layout(con, "rocpd_region", "R")
     if not lay.present:
         return
     sql = (
@@ -247,7 +248,7 @@ def _iterations(con: sqlite3.Connection, ctx: TraceContext, skipped: Counter[str
 
 
 def _kernel_sql(con: sqlite3.Connection) -> str | None:
-    lay = _Layout(con, "rocpd_kernel_dispatch", "K")
+    lay = Layout(con, "rocpd_kernel_dispatch", "K")
     if not lay.present:
         return None
     agent = lay.agent if lay.tracked else "K.agent_id"
@@ -263,7 +264,7 @@ def _kernel_sql(con: sqlite3.Connection) -> str | None:
 
 
 def _copy_sql(con: sqlite3.Connection) -> str | None:
-    lay = _Layout(con, "rocpd_memory_copy", "M")
+    lay = Layout(con, "rocpd_memory_copy", "M")
     if not lay.present:
         return None
     return (
@@ -277,7 +278,7 @@ def _copy_sql(con: sqlite3.Connection) -> str | None:
 
 
 @contextlib.contextmanager
-def _connect(path: Path, limits: TraceLimits) -> Iterator[sqlite3.Connection]:
+def connect(path: Path, limits: TraceLimits) -> Iterator[sqlite3.Connection]:
     """A read-only connection; a gzip-compressed database is decompressed to a temporary file first.
 
     Either way the file is checked and read within ``limits`` (``TraceLimits``: size on disk,
@@ -313,7 +314,7 @@ def parse_rocpd(
     limits = limits or TraceLimits()
     if max_bytes is not None:
         limits = replace(limits, max_file_bytes=max_bytes)
-    with _connect(path, limits) as con:
+    with connect(path, limits) as con:
         try:
             con.execute("SELECT count(*) FROM sqlite_master").fetchone()
         except sqlite3.DatabaseError as exc:
@@ -349,7 +350,7 @@ def parse_rocpd(
 
 def _pids(con: sqlite3.Connection) -> tuple[int, ...]:
     """The traced processes' ids (none when the database has no process table)."""
-    if not _columns(con, "rocpd_info_process"):
+    if not columns(con, "rocpd_info_process"):
         return ()
     return tuple(
         sorted({p for r in con.execute("SELECT pid FROM rocpd_info_process") if (p := small(r[0])) is not None})

@@ -68,6 +68,33 @@ def test_a_local_lake_reads_its_parts_and_versions_with_node_from_the_path(tmp_p
         assert con.sql("SELECT count(*) FROM iterations").fetchall() == [(0,)]
 
 
+def test_a_local_lake_read_by_duckdb_itself_equals_its_arrow_datasets(tmp_path):
+    """Parts of older schemas (a column missing), a node named like a number, a quote in the path."""
+    fs = pafs.LocalFileSystem()
+    base = tmp_path / "it's"
+    old = iterations(2).drop_columns(["model"])  # an agent from before the column
+    write(fs, f"{base}/iterations/date=2025-01-01/node=007/part-000001.parquet", old)
+    write(fs, f"{base}/iterations/date=2025-01-02/node=b/part-000001.parquet", iterations(3))
+    write(fs, f"{base}/kernels/date=2025-01-02/node=b/part-000001.parquet", old.select(["start_ns", "end_ns"]))
+    lake = FleetLake.open(str(base))
+    assert set(lake.files) == {"iterations", "kernels"}
+    arrow = FleetLake(lake.url, lake.tables)  # the same datasets through DuckDB's Arrow scan
+    for kind in ("iterations", "kernels"):
+        with lake.connect() as native, arrow.connect() as through_arrow:
+            sql = f"SELECT * FROM {kind} ORDER BY node, start_ns"
+            got = native.sql(sql).arrow().read_all()
+            assert got.schema.names == through_arrow.sql(sql).arrow().read_all().schema.names
+            assert got.to_pylist() == through_arrow.sql(sql).arrow().read_all().to_pylist()
+    with lake.connect() as con:
+        assert con.sql("SELECT node, date, model FROM iterations ORDER BY node, start_ns").fetchall() == [
+            ("007", "2025-01-01", None),
+            ("007", "2025-01-01", None),
+            ("b", "2025-01-02", "m"),
+            ("b", "2025-01-02", "m"),
+            ("b", "2025-01-02", "m"),
+        ]
+
+
 def test_a_missing_directory_or_bucket_and_an_empty_one_are_named(tmp_path):
     with pytest.raises(FleetError, match="no such lake directory"):
         FleetLake.open(str(tmp_path / "nope"))

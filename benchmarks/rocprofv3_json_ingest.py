@@ -7,8 +7,9 @@ orjson cannot parse a larger integer), in a temporary directory. Measured, inter
 ``--rounds`` times, each in a fresh child process (so peak memory is its own):
 
 - baseline: ``orjson.loads`` of the whole file's bytes (read included): a document tree, no rows;
-- aaco: ``parsers.parse_any`` of the same file: two ijson passes, ``kernels`` chunks with launches
-  joined, devices mapped, times converted.
+- aaco: ``parsers.parse_any`` of the same file, in a process that keeps pandas out as the agent does:
+  the whole-file fast path (``rocprofv3_json_fast``: the record arrays read by Arrow's JSON reader, pass 1
+  over the rest), ``kernels`` chunks with launches joined, devices mapped, times converted.
 
 Reported: medians of the in-child wall time of the work alone (imports excluded), rows/s for
 both (rows = dispatches + copies), the ratio aaco rows/s / orjson rows/s, and the peak RSS the
@@ -47,10 +48,12 @@ def child(mode: str, path: Path) -> None:
             for p in doc["rocprofiler-sdk-tool"]
         )
     else:
+        from aaco.agent.cli.runner import keep_pandas_out
         from aaco.agent.sources.traces.detect import identify
         from aaco.agent.sources.traces.parse import context_for, parse_any
         from aaco.contract.clock import boottime_offset
 
+        keep_pandas_out()  # as aaco replay and the agent do: pyarrow's conversions never import pandas
         tf = identify(path)
         ctx = context_for(tf, node="bench", source="bench", clock=boottime_offset())
         rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -34,6 +34,7 @@ from aaco.contract.errors import TraceFormatError
 GZIP_MAGIC = b"\x1f\x8b"
 DEFAULT_MAX_BYTES = 4 * 1024**3
 READ_STEP = 1 << 20  # the most one read asks of the file or yields at once
+HINT_GZIP_RATIO = 16  # read_document sizes its buffer from a gzip trailer up to this ratio
 _INPUT_STEP = 64 * 1024  # compressed bytes fed to zlib at once
 _RECOVER_STEP = 512  # compressed bytes fed at once when finding the output before a damage
 
@@ -340,12 +341,36 @@ class Document:
 
 
 def read_document(path: Path, limits: TraceLimits, *, json_guard: bool = False) -> Document:
-    """A whole file's content within ``limits``; a damaged gzip keeps what came before the damage."""
-    out = bytearray()
+    """A whole file's content within ``limits``; a damaged gzip keeps what came before the damage.
+
+    The buffer is sized once from the file's size (a gzip file's: its trailer's), so that reading a
+    large file does not hold two copies while the buffer grows.
+    """
+    out = bytearray(_size_hint(path, limits))
+    at = 0
     with TraceStream(path, limits, json_guard=json_guard) as fh:
         try:
             while piece := fh.read(READ_STEP):
-                out += piece
+                out[at : at + len(piece)] = piece
+                at += len(piece)
         except (EOFError, zlib.error) as exc:
+            del out[at:]
             return Document(out, str(exc))
+    del out[at:]
     return Document(out)
+
+
+def _size_hint(path: Path, limits: TraceLimits) -> int:
+    """The content's size as the file says it (gzip: ISIZE, the size modulo 2^32), within ``limits``; 0 if unknown."""
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if fh.read(2) != GZIP_MAGIC:
+                claimed, most = size, size
+            else:
+                fh.seek(-4, os.SEEK_END)
+                # trusted up to a text file's usual ratio: a bomb's claim allocates nothing up front
+                claimed, most = int.from_bytes(fh.read(4), "little"), size * HINT_GZIP_RATIO
+    except OSError:
+        return 0
+    return max(0, min(claimed, most, limits.max_file_bytes or claimed))

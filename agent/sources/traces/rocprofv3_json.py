@@ -69,6 +69,7 @@ from aaco.agent.sources.traces.files import TraceFile
 from aaco.agent.sources.traces.format import TraceFormat
 from aaco.agent.sources.traces.limits import TraceLimits, open_trace
 from aaco.agent.sources.traces.parsed import ParsedTrace
+from aaco.agent.sources.traces.rocprofv3_json_fast import Prepared, prepare
 from aaco.agent.sources.traces.rocprofv3_json_meta import (
     PARSE_ERRORS,
     Metadata,
@@ -147,6 +148,14 @@ class _Batch:
         self.cols: dict[str, list[Any]] = {k: [] for k in self.keys}
         self.n = 0
 
+    @classmethod
+    def of_columns(cls, section: str, cols: dict[str, list[Any]], start: list[int], end: list[int]) -> _Batch:
+        """A batch of the first process from whole columns (the fast path's; values already unsigned 64-bit)."""
+        batch = cls(0, section)
+        batch.cols = {k: cols.get(k) or [None] * len(start) for k in batch.keys}
+        batch.start, batch.end, batch.n = start, end, len(start)
+        return batch
+
     def add(self, v: dict[str, Any], start_ns: int, end_ns: int) -> bool:
         """Add a record; False (nothing added) when a field it needs does not fit 64 bits."""
         row = [x if (type(x) is int and 0 <= x <= U64_MASK) or x is None else u64(x) for x in map(v.get, self.keys)]
@@ -222,6 +231,10 @@ def parse_rocprofv3_json(path: Path, ctx: TraceContext, *, limits: TraceLimits |
     the records there, counted ``json_too_deep``.
     """
     limits = limits or TraceLimits()
+    fast = prepare(path, ctx, limits)
+    if fast is not None:
+        yield from _fast_chunks(fast, ctx)
+        return
     out = _Chunks(read_metadata(path, ctx, limits), ctx)
     batch: _Batch | None = None
     window = TimeWindow(ctx.clock.offset_ns)
@@ -250,6 +263,34 @@ def parse_rocprofv3_json(path: Path, ctx: TraceContext, *, limits: TraceLimits |
             out.bad.append(BadRow(_position(fh), str(exc).encode("utf-8", "replace")[:200], reason))
     yield from out.emit(batch)
     if out.first or out.skipped or out.bad:  # nothing at all, or problems after the last chunk: still say so
+        yield out.part(empty_kernels(ctx))
+
+
+def _fast_chunks(fast: Prepared, ctx: TraceContext) -> Iterator[ParsedTrace]:
+    """The fast path's columns as chunks, each record kept or skipped as ``parse_rocprofv3_json`` does."""
+    out = _Chunks(fast.meta, ctx)
+    window = TimeWindow(ctx.clock.offset_ns)
+    off = ctx.clock.offset_ns
+    for name, cols in fast.arrays:
+        section = f"buffer_records.{name}"
+        paths = SECTIONS_GPU[section]
+        # dispatch_info's fields where both places are read (the fast path left no record with the other)
+        ordered = sorted(cols.items(), key=lambda kv: kv[0].startswith("dispatch_info."))
+        fields = {paths[c]: v for c, v in ordered}
+        keep = []
+        for s, e in zip(fields["start"].to_pylist(), fields["end"].to_pylist(), strict=True):
+            reason = window.reason(s, e)
+            keep.append(reason is None)
+            if reason is not None:
+                out.skipped[reason] += 1
+        mask = pa.array(keep, pa.bool_())
+        kept = {k: v.filter(mask) for k, v in fields.items()}
+        for at in range(0, len(kept["start"]), CHUNK_ROWS):  # Python values one chunk at a time
+            part = {k: v.slice(at, CHUNK_ROWS).to_pylist() for k, v in kept.items()}
+            start = [s + off for s in part["start"]]
+            end = [e + off for e in part["end"]]
+            yield from out.emit(_Batch.of_columns(section, part, start, end))
+    if out.first or out.skipped:
         yield out.part(empty_kernels(ctx))
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import zlib
 from array import array
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -20,6 +20,7 @@ from typing import IO, Any
 import ijson
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from aaco.agent.sources.traces.context import MAX_NAME_BYTES, TraceContext
 from aaco.agent.sources.traces.devices import Agent, AgentMap
@@ -282,15 +283,25 @@ class _Reader:
 
 def read_metadata(path: Path, ctx: TraceContext, limits: TraceLimits | None = None) -> Metadata:
     """Pass 1 over the file within ``limits`` (see the module doc); a damaged file gives what came before it."""
+    with open_trace(path, limits or TraceLimits()) as fh:
+        return metadata_of(fh, ctx)
+
+
+def metadata_of(fh: IO[bytes], ctx: TraceContext, host: Mapping[str, pa.ChunkedArray] | None = None) -> Metadata:
+    """Pass 1 over an open document, then ``host``: the ``hip_api`` records of its first process as columns.
+
+    (``host`` is the fast path's, which reads that array apart: ``rocprofv3_json_fast``.)
+    """
     meta = Metadata()
     reader = _Reader(meta, TimeWindow(ctx.clock.offset_ns))
     walker = Walker({**SECTIONS_META, **SECTIONS_HOST}, SCALARS_META)
-    with open_trace(path, limits or TraceLimits()) as fh:
-        try:
-            for p, section, v in walker.walk(fh):
-                reader.on_item(p, section, v)
-        except PARSE_ERRORS:
-            pass  # counted by the second pass, which stops at the same place
+    try:
+        for p, section, v in walker.walk(fh):
+            reader.on_item(p, section, v)
+    except PARSE_ERRORS:
+        pass  # counted by the second pass, which stops at the same place
+    if host is not None:
+        _hip_columns(meta, reader.window, host)
     for _, proc in sorted(meta.processes.items()):
         proc.agent_map = AgentMap(AgentMap.with_type_indexes(proc.agents))
         if proc.hip:
@@ -302,6 +313,44 @@ def read_metadata(path: Path, ctx: TraceContext, limits: TraceLimits | None = No
     ends = [p.last_end for p in meta.processes.values() if p.last_end is not None]
     meta.anchor_raw_ns = max(finis) if finis else (max(ends) if ends else None)
     return meta
+
+
+def _hip_columns(meta: Metadata, window: TimeWindow, cols: Mapping[str, pa.ChunkedArray]) -> None:
+    """``on_host_record`` for whole columns of unsigned 64-bit values (null where a record lacks one)."""
+    proc = meta.proc(0)
+    corr, start, end = (cols[c] for c in ("correlation_id.internal", "start_timestamp", "end_timestamp"))
+    present = pc.invert(pc.or_(pc.or_(pc.is_null(corr), pc.is_null(start)), pc.is_null(end))).to_numpy()
+    meta.skipped["bad_record"] += int(len(present) - present.sum())
+    starts, ends = start.to_pylist(), end.to_pylist()
+    keep = present.copy()
+    for i in np.flatnonzero(present):
+        reason = window.reason(starts[i], ends[i])
+        if reason is not None:
+            meta.skipped[reason] += 1
+            keep[i] = False
+    if not keep.any():
+        return
+
+    def packed(name: str) -> np.ndarray:  # _opt: the value's 64 bits, INT64_MIN where absent
+        col = cols[name] if name in cols else pa.nulls(len(keep), pa.uint64())
+        bits = pc.fill_null(col, 0).to_numpy().view(np.int64).copy()
+        bits[pc.is_null(col).to_numpy()] = INT64_MIN
+        return bits[keep]
+
+    kept_end = pc.fill_null(end, 0).to_numpy().view(np.int64)[keep]
+    rows = np.column_stack(
+        [
+            pc.fill_null(corr, 0).to_numpy().view(np.int64)[keep],
+            pc.fill_null(start, 0).to_numpy().view(np.int64)[keep],
+            kept_end,
+            packed("thread_id"),
+            packed("kind"),
+            packed("operation"),
+        ]
+    )
+    last = int(kept_end.max())
+    proc.last_end = last if proc.last_end is None else max(proc.last_end, last)
+    proc.hip.frombytes(np.ascontiguousarray(rows, dtype=np.int64).tobytes())
 
 
 def _launches(proc: Process) -> LaunchTable:

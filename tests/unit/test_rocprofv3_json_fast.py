@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from aaco.agent.sources.traces import rocprofv3_json as rj
+from aaco.agent.sources.traces import rocprofv3_json_fast as fast_path
 from aaco.agent.sources.traces.detect import identify
 from aaco.agent.sources.traces.limits import TraceLimits
 from aaco.agent.sources.traces.parse import context_for
@@ -117,6 +118,15 @@ def test_a_file_of_another_shape_goes_the_streaming_way_whole(tmp_path, monkeypa
     elif why == "key-twice":
         data = path.read_bytes()
         path.write_bytes(data.replace(b'"thread_id":', b'"thread_id": 1, "thread_id":', 1))
+    used, fast, streamed = both(path, monkeypatch)
+    assert not used
+    assert_same(fast, streamed)
+
+
+def test_a_file_past_the_fast_bound_streams(tmp_path, monkeypatch):
+    path = tmp_path / "results.json"
+    tracegen.rocprofv3_json(path, 300, 2)
+    monkeypatch.setattr(fast_path, "MAX_BYTES", path.stat().st_size - 1)
     used, fast, streamed = both(path, monkeypatch)
     assert not used
     assert_same(fast, streamed)

@@ -7,15 +7,16 @@ launch), are cut out of the file's bytes and read by ``pyarrow.json`` into colum
 event), and pass 1 walks the rest of the document, now small. Peak memory: the file's bytes, one
 piece of an array and the columns (docs/performance.md).
 
-When: the records of these arrays hold no array (their first ``]`` ends them), which the documented
-layout guarantees; a record is cut from the next at ``}`` ``,`` ``{`` (a match inside a string only
-changes that string, which no field read here is). What it reads is then checked, and any doubt sends
-the whole file to the streaming path, which reads everything as before: a file of more than one
-process, a key met twice, a document that is not valid JSON once the arrays are emptied (cut short,
-damaged, too deep), an array that is not where the layout puts it, or a value Arrow will not read as
-the unsigned 64-bit integer it should be (negative, fractional, past 64 bits, a string, a key twice in
-a record), or a dispatch field written beside ``dispatch_info`` rather than inside it. Records are
-then kept, skipped and counted exactly as the streaming path does (``_Batch``, ``TimeWindow``).
+When: a content of at most ``MAX_BYTES`` (a larger one streams, in flat memory) whose records hold
+no array (their first ``]`` ends them), which the documented layout guarantees; a record is cut from
+the next at ``}`` ``,`` ``{`` (a match inside a string only changes that string, which no field read
+here is). What it reads is then checked, and any doubt sends the whole file to the streaming path,
+which reads everything as before: a file of more than one process, a key met twice, a document that
+is not valid JSON once the arrays are emptied (cut short, damaged, too deep), an array that is not
+where the layout puts it, or a value Arrow will not read as the unsigned 64-bit integer it should be
+(negative, fractional, past 64 bits, a string, a key twice in a record), or a dispatch field written
+beside ``dispatch_info`` rather than inside it. Records are then kept, skipped and counted exactly as
+the streaming path does (``_Batch``, ``TimeWindow``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -32,8 +34,10 @@ import pyarrow.json as pj
 
 from aaco.agent.sources.traces.limits import TraceLimits, read_document
 from aaco.agent.sources.traces.rocprofv3_json_meta import Metadata, metadata_of
+from aaco.contract.errors import TraceFormatError
 
 ARRAYS: Final = ("kernel_dispatch", "memory_copy", "hip_api")
+MAX_BYTES: Final = 256 << 20  # larger files stream: this path holds the whole content (about 1.8x it at peak)
 PIECE_BYTES: Final = 8 << 20  # an array is cut into pieces of about this size, at record boundaries
 _KEY = re.compile(rb'"(kernel_dispatch|memory_copy|hip_api)"\s*:\s*\[')
 _BETWEEN = re.compile(rb"\}\s*,\s*\{")
@@ -90,12 +94,13 @@ class Prepared:
 
 def prepare(path: Path, ctx: Any, limits: TraceLimits) -> Prepared | None:
     """The file read whole by the fast path, or None when it must go the streaming way (see the module doc)."""
+    bound = min(limits.max_file_bytes or MAX_BYTES, MAX_BYTES)
     try:
-        doc = read_document(path, limits, json_guard=True)
+        doc = read_document(path, replace(limits, max_file_bytes=bound), json_guard=True)
         if doc.damage:
             return None
         return _prepare(doc.data, ctx)
-    except (NotSimple, ValueError, OSError, EOFError, pa.ArrowException):
+    except (NotSimple, TraceFormatError, ValueError, OSError, EOFError, pa.ArrowException):
         return None
 
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 import gzip
 import zlib
 from pathlib import Path
-from typing import Final, TextIO
+from typing import Any, Final, TextIO
 
+import orjson
+
+from aaco.agent.sources.traces.limits import TraceLimits, read_document
 from aaco.contract.errors import AacoError
 
 MAX_BYTES: Final = 256 * 1024 * 1024
@@ -36,3 +39,18 @@ def head(path: Path, size: int = 256) -> bytes:
             return fh.read(size)
     except (OSError, EOFError, zlib.error) as exc:
         raise WorkloadError(f"cannot read: {exc}", subject=path) from exc
+
+
+def load_json(path: Path, problems: list[str]) -> Any:
+    """A JSON capture's document, read within ``MAX_BYTES``; None (said in ``problems``) when its gzip is damaged."""
+    try:
+        doc = read_document(path, TraceLimits(max_file_bytes=MAX_BYTES))
+    except OSError as exc:
+        raise WorkloadError(f"cannot read: {exc}", subject=path) from exc
+    if doc.damage:
+        problems.append(f"{path}: damaged compression ({doc.damage}): not read")
+        return None
+    try:
+        return orjson.loads(doc.data)
+    except orjson.JSONDecodeError as exc:
+        raise WorkloadError(f"not JSON: {exc}", subject=path) from exc

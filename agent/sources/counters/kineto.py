@@ -18,10 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-import orjson
-
-from aaco.agent.sources.counters.files import MAX_BYTES, WorkloadError
-from aaco.agent.sources.traces.limits import TraceLimits, read_document
+from aaco.agent.sources.counters.files import WorkloadError, load_json
 from aaco.contract.counters import CounterRow
 
 CATEGORY: Final = "cuda_profiler_range"
@@ -37,17 +34,9 @@ def read_kineto_counters(
     trace's ``deviceProperties`` give it (before the first row is yielded).
     """
     said = problems if problems is not None else []
-    try:
-        doc = read_document(path, TraceLimits(max_file_bytes=MAX_BYTES))
-    except OSError as exc:
-        raise WorkloadError(f"cannot read: {exc}", subject=path) from exc
-    if doc.damage:
-        said.append(f"{path}: damaged compression ({doc.damage}): not read")
+    root = load_json(path, said)
+    if root is None:
         return
-    try:
-        root = orjson.loads(bytes(doc.data))
-    except orjson.JSONDecodeError as exc:
-        raise WorkloadError(f"not JSON: {exc}", subject=path) from exc
     events = root.get("traceEvents") if isinstance(root, dict) else None
     if not isinstance(events, list):
         raise WorkloadError("not a Kineto trace: no traceEvents list", subject=path)

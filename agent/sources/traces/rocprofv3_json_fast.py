@@ -26,17 +26,17 @@ import re
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import orjson
 import pyarrow as pa
 import pyarrow.json as pj
 
+from aaco.agent.sources.traces.context import TraceContext
 from aaco.agent.sources.traces.limits import TraceLimits, read_document
 from aaco.agent.sources.traces.rocprofv3_json_meta import Metadata, metadata_of
 from aaco.contract.errors import TraceFormatError
 
-ARRAYS: Final = ("kernel_dispatch", "memory_copy", "hip_api")
 MAX_BYTES: Final = 256 << 20  # larger files stream: this path holds the whole content (about 1.8x it at peak)
 PIECE_BYTES: Final = 8 << 20  # an array is cut into pieces of about this size, at record boundaries
 _KEY = re.compile(rb'"(kernel_dispatch|memory_copy|hip_api)"\s*:\s*\[')
@@ -92,7 +92,7 @@ class Prepared:
         self.arrays = arrays
 
 
-def prepare(path: Path, ctx: Any, limits: TraceLimits) -> Prepared | None:
+def prepare(path: Path, ctx: TraceContext, limits: TraceLimits) -> Prepared | None:
     """The file read whole by the fast path, or None when it must go the streaming way (see the module doc)."""
     bound = min(limits.max_file_bytes or MAX_BYTES, MAX_BYTES)
     try:
@@ -104,7 +104,7 @@ def prepare(path: Path, ctx: Any, limits: TraceLimits) -> Prepared | None:
         return None
 
 
-def _prepare(data: bytearray, ctx: Any) -> Prepared:
+def _prepare(data: bytearray, ctx: TraceContext) -> Prepared:
     if not _ROOT.match(data):
         raise NotSimple("not a list of processes")
     spans: dict[str, tuple[int, int]] = {}

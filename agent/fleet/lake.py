@@ -15,6 +15,7 @@ some kinds. The ``versions`` dataset (what software each node ran) is opened bes
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import tempfile
 import time
@@ -191,25 +192,23 @@ def _sql_text(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
-_TEMPLATES: dict[str, str] = {}
-_TEMPLATE_DIR: list[tempfile.TemporaryDirectory[str]] = []
+@functools.cache
+def _template_dir() -> tempfile.TemporaryDirectory[str]:
+    """Where this process's empty parts are written (removed at its exit)."""
+    return tempfile.TemporaryDirectory(prefix="aaco-fleet-")
 
 
+@functools.cache
 def _template(kind: str) -> str:
-    """An empty part of the kind's full schema, written once per process (removed at its exit).
+    """An empty part of the kind's full schema, written once per process.
 
     Read first by ``union_by_name``, it gives every view every column of the schema (null in the
     parts of an agent from before the column) with no second pass over the parts' footers.
     """
-    if kind not in _TEMPLATES:
-        if not _TEMPLATE_DIR:
-            _TEMPLATE_DIR.append(tempfile.TemporaryDirectory(prefix="aaco-fleet-"))
-        path = Path(_TEMPLATE_DIR[0].name, kind, "date=0", "node=0", "part-0.parquet")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        schema = _schema(kind)
-        pq.write_table(schema.empty_table().drop_columns([f.name for f in _PARTITIONS]), path)
-        _TEMPLATES[kind] = str(path)
-    return _TEMPLATES[kind]
+    path = Path(_template_dir().name, kind, "date=0", "node=0", "part-0.parquet")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(_schema(kind).empty_table().drop_columns([f.name for f in _PARTITIONS]), path)
+    return str(path)
 
 
 def _parquet_view(con: duckdb.DuckDBPyConnection, kind: str, paths: list[str]) -> None:

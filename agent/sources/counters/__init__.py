@@ -22,14 +22,17 @@ import pyarrow as pa
 from pydantic import Field
 
 from aaco.agent.sources.base import Source, SourceContext
-from aaco.agent.sources.counters.files import WorkloadError, head
+from aaco.agent.sources.counters.files import WorkloadError
 from aaco.agent.sources.counters.kineto import read_kineto_counters
 from aaco.agent.sources.counters.rocpd import read_rocpd_counters
 from aaco.agent.sources.counters.rocprof_compute import read_pmc_perf, read_sysinfo
 from aaco.agent.sources.counters.rocprofv3 import agent_arch, read_counter_collection
-from aaco.agent.sources.counters.rocprofv3_json import is_rocprofv3_json, read_rocprofv3_counters
+from aaco.agent.sources.counters.rocprofv3_json import read_rocprofv3_counters
+from aaco.agent.sources.traces import rocprofv3_json as rocprofv3_trace
+from aaco.agent.sources.traces.files import read_head
 from aaco.contract.config_base import StrictModel
 from aaco.contract.counters import CounterRow
+from aaco.contract.errors import TraceFormatError
 from aaco.contract.schemas import COUNTERS
 
 log = logging.getLogger("aaco.sources.counters")
@@ -105,7 +108,7 @@ def publish_capture(
     problems: list[str] = []
     try:
         read = _publish(ctx, source, path, problems, arch, model)
-    except WorkloadError as exc:
+    except (WorkloadError, TraceFormatError) as exc:  # the second: its first bytes cannot be read
         ctx.problem(source, exc.subject or os.fspath(path), "unreadable", exc.message, fatal=False, count=1)
         read = 0
     for p in problems:
@@ -124,7 +127,7 @@ def _publish(
         rows: Iterator[CounterRow] = (r for d in read_pmc_perf(path, problems) for r in d.rows())
     elif path.name.endswith((".db", ".db.gz")):
         rows = read_rocpd_counters(path, problems, found)
-    elif path.name.endswith((".json", ".json.gz")) and is_rocprofv3_json(head(path)):
+    elif path.name.endswith((".json", ".json.gz")) and rocprofv3_trace.sniff(read_head(path)):
         rows = (r for d in read_rocprofv3_counters(path, problems, found) for r in d.rows())
     elif path.name.endswith((".json", ".json.gz")):
         rows = read_kineto_counters(path, problems, found)

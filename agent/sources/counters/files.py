@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
-import zlib
 from pathlib import Path
 from typing import Any, Final, TextIO
 
@@ -27,18 +25,6 @@ def open_csv(path: Path) -> TextIO:
         return open(path, newline="", encoding="utf-8", errors="replace")
     except OSError as exc:
         raise WorkloadError(f"cannot read: {exc.strerror or exc}", subject=path) from exc
-
-
-def head(path: Path, size: int = 256) -> bytes:
-    """A capture's first ``size`` bytes, decompressed when it is a ``.gz`` (``WorkloadError`` naming it)."""
-    try:
-        if path.suffix == ".gz":
-            with gzip.open(path) as fh:
-                return fh.read(size)
-        with open(path, "rb") as fh:
-            return fh.read(size)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise WorkloadError(f"cannot read: {exc}", subject=path) from exc
 
 
 def load_json(path: Path, problems: list[str]) -> Any:

@@ -27,11 +27,6 @@ GPU: Final = 2
 NAME_KEYS: Final = ("formatted_kernel_name", "demangled_kernel_name", "kernel_name")
 
 
-def is_rocprofv3_json(head: bytes) -> bool:
-    """Whether a JSON file's first bytes open a rocprofv3 document."""
-    return head.lstrip().startswith(b"{") and f'"{ROOT}"'.encode() in head[:256]
-
-
 def read_rocprofv3_counters(
     path: Path, problems: list[str] | None = None, meta: dict[str, str] | None = None
 ) -> Iterator[Dispatch]:

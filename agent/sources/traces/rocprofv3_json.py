@@ -93,6 +93,7 @@ from aaco.agent.sources.traces.u64 import (
     int64_column,
     u64,
     u64_array,
+    u64_values,
 )
 
 FORMAT = "rocprofv3_json"
@@ -157,7 +158,7 @@ class _Batch:
     def of_columns(cls, section: str, cols: dict[str, list[Any]], start: list[int], end: list[int]) -> _Batch:
         """A batch of the first process from whole columns (the fast path's; values already unsigned 64-bit)."""
         batch = cls(0, section)
-        batch.cols = {k: cols.get(k) or [None] * len(start) for k in batch.keys}
+        batch.cols = {k: cols[k] for k in batch.keys}
         batch.start, batch.end, batch.n = start, end, len(start)
         return batch
 
@@ -282,19 +283,16 @@ def _fast_chunks(fast: Prepared, ctx: TraceContext) -> Iterator[ParsedTrace]:
         # dispatch_info's fields where both places are read (the fast path left no record with the other)
         ordered = sorted(cols.items(), key=lambda kv: kv[0].startswith("dispatch_info."))
         fields = {paths[c]: v for c, v in ordered}
-        keep = []
-        for s, e in zip(fields["start"].to_pylist(), fields["end"].to_pylist(), strict=True):
-            reason = window.reason(s, e)
-            keep.append(reason is None)
-            if reason is not None:
-                out.skipped[reason] += 1
-        mask = pa.array(keep, pa.bool_())
+        (start, start_given), (end, end_given) = u64_values(fields["start"]), u64_values(fields["end"])
+        keep, why = window.keep(start, end, start_given & end_given)
+        out.skipped.update(why)
+        mask = pa.array(keep)
         kept = {k: v.filter(mask) for k, v in fields.items()}
         for at in range(0, len(kept["start"]), CHUNK_ROWS):  # Python values one chunk at a time
             part = {k: v.slice(at, CHUNK_ROWS).to_pylist() for k, v in kept.items()}
-            start = [s + off for s in part["start"]]
-            end = [e + off for e in part["end"]]
-            yield from out.emit(_Batch.of_columns(section, part, start, end))
+            starts = [s + off for s in part["start"]]
+            ends = [e + off for e in part["end"]]
+            yield from out.emit(_Batch.of_columns(section, part, starts, ends))
     if out.first or out.skipped:
         yield out.part(empty_kernels(ctx))
 

@@ -115,16 +115,12 @@ def _prepare(data: bytearray, ctx: TraceContext) -> Prepared:
             raise NotSimple(f"{name} twice, or not closed")
         spans[name] = (m.end(), end)
     order = sorted(spans.items(), key=lambda kv: kv[1][0])
-    small = bytearray()
-    at = 0
-    for _name, (start, end) in order:
-        small += data[at:start]
-        at = end
-    small += data[at:]
-    _check_layout(bytes(small), set(spans))
+    bounds = [0, *(b for _name, span in order for b in span), len(data)]  # what lies between the arrays
+    small = b"".join(data[bounds[j] : bounds[j + 1]] for j in range(0, len(bounds), 2))
+    _check_layout(small, set(spans))
     columns = {name: _columns(data, start, end, name) for name, (start, end) in order}
     hip = columns.pop("hip_api", None)
-    meta = metadata_of(io.BytesIO(bytes(small)), ctx, host=hip)
+    meta = metadata_of(io.BytesIO(small), ctx, host=hip)
     return Prepared(meta, [(name, cols) for name, cols in columns.items()])
 
 

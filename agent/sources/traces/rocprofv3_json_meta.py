@@ -20,7 +20,6 @@ from typing import IO, Any
 import ijson
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from aaco.agent.sources.traces.context import MAX_NAME_BYTES, TraceContext
 from aaco.agent.sources.traces.devices import Agent, AgentMap
@@ -38,6 +37,7 @@ from aaco.agent.sources.traces.u64 import (
     as_int,
     signed,
     u64,
+    u64_values,
 )
 
 ROOTS = ("rocprofiler-sdk-tool.item", "rocprofiler-sdk-tool")
@@ -318,39 +318,20 @@ def metadata_of(fh: IO[bytes], ctx: TraceContext, host: Mapping[str, pa.ChunkedA
 def _hip_columns(meta: Metadata, window: TimeWindow, cols: Mapping[str, pa.ChunkedArray]) -> None:
     """``on_host_record`` for whole columns of unsigned 64-bit values (null where a record lacks one)."""
     proc = meta.proc(0)
-    corr, start, end = (cols[c] for c in ("correlation_id.internal", "start_timestamp", "end_timestamp"))
-    present = pc.invert(pc.or_(pc.or_(pc.is_null(corr), pc.is_null(start)), pc.is_null(end))).to_numpy()
-    meta.skipped["bad_record"] += int(len(present) - present.sum())
-    starts, ends = start.to_pylist(), end.to_pylist()
-    keep = present.copy()
-    for i in np.flatnonzero(present):
-        reason = window.reason(starts[i], ends[i])
-        if reason is not None:
-            meta.skipped[reason] += 1
-            keep[i] = False
+    names = ("correlation_id.internal", "start_timestamp", "end_timestamp", "thread_id", "kind", "operation")
+    values, given = zip(*(u64_values(cols[n]) for n in names), strict=True)
+    whole = given[0] & given[1] & given[2]  # a correlation id and both times, else a bad record
+    meta.skipped["bad_record"] += int((~whole).sum())
+    keep, why = window.keep(values[1][whole], values[2][whole], np.ones(int(whole.sum()), dtype=bool))
+    meta.skipped.update(why)
     if not keep.any():
         return
-
-    def packed(name: str) -> np.ndarray:  # _opt: the value's 64 bits, INT64_MIN where absent
-        col = cols[name] if name in cols else pa.nulls(len(keep), pa.uint64())
-        bits = pc.fill_null(col, 0).to_numpy().view(np.int64).copy()
-        bits[pc.is_null(col).to_numpy()] = INT64_MIN
-        return bits[keep]
-
-    kept_end = pc.fill_null(end, 0).to_numpy().view(np.int64)[keep]
-    rows = np.column_stack(
-        [
-            pc.fill_null(corr, 0).to_numpy().view(np.int64)[keep],
-            pc.fill_null(start, 0).to_numpy().view(np.int64)[keep],
-            kept_end,
-            packed("thread_id"),
-            packed("kind"),
-            packed("operation"),
-        ]
-    )
-    last = int(kept_end.max())
+    rows = np.column_stack([v.view(np.int64)[whole][keep] for v in values])  # _opt: the value's 64 bits ...
+    for j, present in enumerate(given[3:], start=3):
+        rows[~present[whole][keep], j] = INT64_MIN  # ... INT64_MIN where absent
+    last = int(rows[:, 2].max())
     proc.last_end = last if proc.last_end is None else max(proc.last_end, last)
-    proc.hip.frombytes(np.ascontiguousarray(rows, dtype=np.int64).tobytes())
+    proc.hip.frombytes(np.ascontiguousarray(rows).tobytes())
 
 
 def _launches(proc: Process) -> LaunchTable:

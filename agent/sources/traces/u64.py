@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from decimal import Decimal
 from typing import IO, Any, Final
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from aaco.contract.clock import EPOCH_CEIL_NS, EPOCH_FLOOR_NS
 
@@ -146,6 +148,20 @@ class TimeWindow:
     def mask(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
         """``contains`` over ``uint64`` arrays."""
         return (start >= np.uint64(self.lo)) & (end < np.uint64(self.hi))
+
+    def keep(self, start: np.ndarray, end: np.ndarray, present: np.ndarray) -> tuple[np.ndarray, Counter[str]]:
+        """``reason`` over ``uint64`` arrays (``present``: both times given): the pairs kept, why the others not."""
+        bad = present & (end < start)
+        out = present & ~bad & ~self.mask(start, end)
+        why = Counter(
+            {"missing_value": int((~present).sum()), "bad_time": int(bad.sum()), "time_out_of_range": int(out.sum())}
+        )
+        return present & ~bad & ~out, +why
+
+
+def u64_values(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """A ``uint64`` column as numpy values (0 where null) and whether each is present."""
+    return pc.fill_null(col, 0).to_numpy(), pc.is_valid(col).to_numpy()
 
 
 # --- the guard in front of ijson's C backend -----------------------------------------------------

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aaco.agent.sources.traces import kineto, kineto_columns
+from aaco.agent.sources.traces import kineto, kineto_columns, kineto_events
 from aaco.agent.sources.traces.context import MAX_NAME_BYTES
 from aaco.agent.sources.traces.kineto import parse_kineto
 
@@ -33,7 +33,7 @@ def _both(doc: dict, monkeypatch: pytest.MonkeyPatch) -> tuple[tuple, tuple]:
     """(column at a time, event by event) for the same document."""
     fast = _dump(_parse(copy.deepcopy(doc)))
     with monkeypatch.context() as m:
-        m.setattr(kineto, "_fast", lambda *_: False)
+        m.setattr(kineto_events, "_fast", lambda *_: False)
         slow = _dump(_parse(copy.deepcopy(doc)))
     return fast, slow
 

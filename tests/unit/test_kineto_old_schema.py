@@ -24,7 +24,7 @@ import pytest
 from aaco.agent.pipeline.bus import Bus
 from aaco.agent.sources.base import Journal, SourceContext
 from aaco.agent.sources.replay import ReplaySource, ReplaySourceConfig
-from aaco.agent.sources.traces import kineto
+from aaco.agent.sources.traces import kineto, kineto_events
 from aaco.agent.sources.traces.detect import identify
 from aaco.agent.sources.traces.parse import context_for, parse_any
 from aaco.contract.stats import TRACE_EVENTS_UNRECOGNISED, Stats
@@ -139,7 +139,7 @@ def test_column_reader_and_event_reader_agree_on_the_old_schema(name):
     doc = orjson.loads(gzip.decompress((DATA / name).read_bytes()))
     kw = {"node": "n", "identity": "i", "run_id": "r", "model": "m", "file_mtime_ns": 0}
     fast = kineto.parse_kineto(doc, **kw)
-    with mock.patch.object(kineto, "_fast", lambda *a: False):
+    with mock.patch.object(kineto_events, "_fast", lambda *a: False):
         slow = kineto.parse_kineto(doc, **kw)
     assert fast.kernels.num_rows == sum(n for n, _ in EXPECTED[name].values())
     assert fast.kernels.equals(slow.kernels) and fast.iterations.equals(slow.iterations)

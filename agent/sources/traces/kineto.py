@@ -29,7 +29,7 @@ categories that look like GPU work are counted on ``ParsedTrace.unrecognised``.
   nanosecond fraction, exact with a base or integer microseconds).
 
 Files are read in bounded memory (``kineto_stream``): the events arrive in batches and are folded
-into columns (``_collect``: a batch's events of one role a column at a time, ``kineto_columns``,
+into columns (``collect``: a batch's events of one role a column at a time, ``kineto_columns``,
 or event by event, ``_add_gpu`` ..., when a column holds a value these rules count, drop or
 convert), the keys outside ``traceEvents`` (base time, devices) are read when the file ends,
 wherever they stand, and the tables are built from the columns (``_convert``), as ``parse_kineto``
@@ -49,33 +49,25 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from aaco.agent.sources.traces import kineto_columns
+from aaco.agent.sources.traces import kineto_arrow, kineto_columns
 from aaco.agent.sources.traces.context import TraceContext
 from aaco.agent.sources.traces.files import TraceFile
 from aaco.agent.sources.traces.format import TraceFormat
 from aaco.agent.sources.traces.json_values import (
-    INT_OUT_OF_RANGE,
     TIME_OUT_OF_RANGE,
-    IntOutOfRangeError,
-    name_ok,
-    name_reason,
-    need_int,
-    num,
-    opt_int,
     span_ns,
 )
-from aaco.agent.sources.traces.kineto_categories import Unrecognised, gpu_kind, role
-from aaco.agent.sources.traces.kineto_columns import F64, I64, STR, Chunks
-from aaco.agent.sources.traces.kineto_comms import Comms, collective_columns, dist_info, with_seq
+from aaco.agent.sources.traces.kineto_columns import STR
+from aaco.agent.sources.traces.kineto_comms import collective_columns, dist_info, with_seq
 from aaco.agent.sources.traces.kineto_critical import EventKeeper, with_critical_paths
+from aaco.agent.sources.traces.kineto_events import INT_COLS, STEP_PREFIX, Events, collect
 from aaco.agent.sources.traces.kineto_meta import kineto_clock, kineto_devices
-from aaco.agent.sources.traces.kineto_process import ProcessInfo
 from aaco.agent.sources.traces.kineto_stream import NOT_KINETO, EventStream, gc_paused
 from aaco.agent.sources.traces.launches import LaunchTable
 from aaco.agent.sources.traces.limits import TraceLimits
@@ -88,240 +80,10 @@ from aaco.contract.schemas import ITERATIONS, KERNELS
 
 FORMAT = "kineto"
 __all__ = ["FORMAT", "TRACE_FORMAT", "kineto_clock", "kineto_devices", "parse_file", "parse_kineto", "sniff"]
-_STEP_PREFIX = "ProfilerStep#"
-_STEP = re.compile(r"^ProfilerStep#(\d+)$")
-_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
-_GRID, _WORKGROUP = ("grid_x", "grid_y", "grid_z"), ("workgroup_x", "workgroup_y", "workgroup_z")
-_INT_COLS = ("correlation_id", "bytes", "grid_x", "grid_y", "grid_z", "workgroup_x", "workgroup_y", "workgroup_z")
-
-
-@dataclass
-class _Events:
-    """What one pass over ``traceEvents`` keeps, still in trace microseconds."""
-
-    gpu: Chunks = field(
-        default_factory=lambda: Chunks(
-            {"name": STR, "kind": STR, "device": I64, "stream": I64, "ext": I64, **dict.fromkeys(_INT_COLS, I64)}
-            | {"ts": F64, "dur": F64}
-        )
-    )
-    launch: Chunks = field(
-        default_factory=lambda: Chunks({"corr": I64, "pid": I64, "tid": I64, "ts": F64, "dur": F64, "name": STR})
-    )
-    ops: dict[int, str] = field(default_factory=dict)
-    comms: Comms = field(default_factory=Comms)  # collectives' arguments (``kineto_comms``)
-    steps: list[tuple[int, float, float, int | None, int | None]] = field(default_factory=list)
-    ends: list[float] = field(default_factory=list)  # of events read one by one
-    end_chunks: list[np.ndarray] = field(default_factory=list)  # of batches read a column at a time
-    launch_pids: set[int] = field(default_factory=set)
-    op_pids: set[int] = field(default_factory=set)
-    gpu_lanes: set[int] = field(default_factory=set)
-    procs: ProcessInfo = field(default_factory=ProcessInfo)
-    unknown: Unrecognised = field(default_factory=Unrecognised)
-    names: dict[str, str] = field(default_factory=dict)  # one copy of each name (they repeat: memory)
-
-
-def _need(v: Any) -> int | None:
-    """``need_int``, its common case (an int within int64) first: this runs for every event."""
-    if type(v) is int and _I64_MIN <= v <= _I64_MAX:
-        return v
-    return need_int(v)
-
-
-def _opt(v: Any, skipped: Counter[str]) -> int | None:
-    """``opt_int``, its common case first."""
-    if type(v) is int and _I64_MIN <= v <= _I64_MAX:
-        return v
-    return opt_int(v, skipped)
-
-
-def _num(v: Any) -> float | None:
-    """``num``, its common case (a finite float) first."""
-    if type(v) is float and v - v == 0.0:
-        return v
-    return num(v)
-
-
-def _dims(v: Any, skipped: Counter[str]) -> tuple[int | None, int | None, int | None]:
-    if isinstance(v, list) and len(v) == 3:
-        return (_opt(v[0], skipped), _opt(v[1], skipped), _opt(v[2], skipped))
-    return (None, None, None)
-
-
-def _collect(events: list[Any], skipped: Counter[str], out: _Events) -> None:
-    """(A batch of) the events into ``out``: GPU work, launches, operator names, steps, metadata.
-
-    The events of each role go a column at a time (``_fast``) or, when a column holds a value the
-    per-event rules count, drop or convert, one by one; each role's events keep their order.
-    """
-    evs = [ev for ev in events if isinstance(ev, dict)]
-    if len(evs) < len(events):
-        skipped["not_an_event"] += len(events) - len(evs)
-    phs = [ev.get("ph") for ev in evs]
-    if "M" in phs:
-        for ev, ph in zip(evs, phs, strict=True):
-            if ph == "M":
-                out.procs.add(ev, skipped)
-    xs = [ev for ev, ph in zip(evs, phs, strict=True) if ph == "X"]
-    roles = [role(ev.get("cat")) for ev in xs]
-    if None in roles:
-        out.unknown.add(ev for ev, r in zip(xs, roles, strict=True) if r is None)
-    for kind in ("gpu", "launch", "op", "ann"):
-        if kind not in roles:
-            continue
-        group = [ev for ev, r in zip(xs, roles, strict=True) if r == kind]
-        if kind == "op":
-            _steps_among_ops(group, skipped, out)
-            out.comms.add_ops(group)
-        elif kind == "gpu":
-            out.comms.add_kernels(group)
-        if _fast(kind, group, out):
-            continue
-        for ev in group:
-            _one(kind, ev, skipped, out)
-        (out.gpu if kind == "gpu" else out.launch).flush()
-
-
-def _steps_among_ops(ops: list[dict[str, Any]], skipped: Counter[str], out: _Events) -> None:
-    """``ProfilerStep#N`` written as an operator (PyTorch 1.8 and 1.9: ``cat: "Operator"``): an iteration too.
-
-    A bad time is counted once, by the operator path that reads the same event.
-    """
-    for ev in ops:
-        name = ev.get("name")
-        if type(name) is not str or not name.startswith(_STEP_PREFIX):
-            continue
-        ts, dur = _num(ev.get("ts")), _num(ev.get("dur"))
-        if ts is None or dur is None or dur < 0:
-            continue
-        try:
-            _add_step(out, ev, ts, dur, {}, skipped)
-        except IntOutOfRangeError:
-            skipped[INT_OUT_OF_RANGE] += 1
-
-
-def _fast(role: str, group: list[dict[str, Any]], out: _Events) -> bool:
-    """The events of one role a column at a time (``kineto_columns``); False: read them one by one."""
-    if role == "gpu":
-        got, dest, pids = kineto_columns.gpu_columns(group), out.gpu, out.gpu_lanes
-    elif role == "launch":
-        got, dest, pids = kineto_columns.launch_columns(group), out.launch, out.launch_pids
-    elif role == "op":
-        got, dest, pids = kineto_columns.op_names(group, out.ops, out.names), None, out.op_pids
-    else:
-        return False
-    if got is None:
-        return False
-    if dest is not None:
-        dest.add(got[0])
-    pids |= got[1]
-    out.end_chunks.append(got[2])
-    return True
-
-
-def _one(role: str, ev: dict[str, Any], skipped: Counter[str], out: _Events) -> None:
-    """One event of a known role (its ``_add_*``), with its time checked first."""
-    ts, dur = _num(ev.get("ts")), _num(ev.get("dur"))
-    if ts is None or dur is None or dur < 0:
-        skipped["bad_time"] += 1
-        return
-    out.ends.append(ts + dur)
-    args = ev.get("args")
-    try:
-        _ADD.get(role, _add_step)(out, ev, ts, dur, args if isinstance(args, dict) else {}, skipped)
-    except IntOutOfRangeError:
-        skipped[INT_OUT_OF_RANGE] += 1
-
-
-def _add_gpu(
-    out: _Events, ev: dict[str, Any], ts: float, dur: float, args: dict[str, Any], skipped: Counter[str]
-) -> None:
-    """A kernel, memcpy or memset on a GPU lane."""
-    name = ev.get("name")
-    if not isinstance(name, str):
-        skipped["bad_name"] += 1
-        return
-    if not name_ok(name):
-        skipped[name_reason(name)] += 1
-        return
-    gpu = out.gpu.rows
-    corr = _need(args.get("correlation"))
-    lane, lane_tid = _need(ev.get("pid")), _need(ev.get("tid"))
-    device, stream = _need(args.get("device")), _need(args.get("stream"))
-    if lane is not None:
-        out.gpu_lanes.add(lane)
-    gpu["name"].append(out.names.setdefault(name, name))
-    gpu["kind"].append(gpu_kind(ev["cat"]))
-    gpu["device"].append(device if device is not None else lane)
-    gpu["stream"].append(stream if stream is not None else lane_tid)
-    gpu["correlation_id"].append(corr)
-    gpu["ext"].append(_opt(args.get("External id", args.get("external id")), skipped))
-    gpu["bytes"].append(_opt(args.get("bytes"), skipped))
-    for keys, value in ((_GRID, args.get("grid")), (_WORKGROUP, args.get("block"))):
-        for key, v in zip(keys, _dims(value, skipped), strict=True):
-            gpu[key].append(v)
-    gpu["ts"].append(ts)
-    gpu["dur"].append(dur)
-
-
-def _add_launch(
-    out: _Events, ev: dict[str, Any], ts: float, dur: float, args: dict[str, Any], skipped: Counter[str]
-) -> None:
-    """A runtime call that launched GPU work (by correlation id)."""
-    pid = _need(ev.get("pid"))
-    if pid is not None:
-        out.launch_pids.add(pid)
-    corr, tid = _need(args.get("correlation")), _need(ev.get("tid"))
-    if corr is None:
-        return
-    name = ev.get("name")
-    if isinstance(name, str) and not name_ok(name):
-        skipped[name_reason(name)] += 1
-        name = None
-    row = (corr, pid, tid, ts, dur, out.names.setdefault(name, name) if isinstance(name, str) else None)
-    for values, value in zip(out.launch.rows.values(), row, strict=True):
-        values.append(value)
-
-
-def _add_op(
-    out: _Events, ev: dict[str, Any], ts: float, dur: float, args: dict[str, Any], skipped: Counter[str]
-) -> None:
-    """A framework operator: its name, by External id, for the kernels it ran."""
-    pid = _need(ev.get("pid"))
-    if pid is not None:
-        out.op_pids.add(pid)
-    ext, name = _need(args.get("External id")), ev.get("name")
-    if ext is not None and isinstance(name, str) and ext not in out.ops:
-        if name_ok(name):
-            out.ops[ext] = out.names.setdefault(name, name)
-        else:
-            skipped[name_reason(name)] += 1
-
-
-def _add_step(
-    out: _Events, ev: dict[str, Any], ts: float, dur: float, args: dict[str, Any], skipped: Counter[str]
-) -> None:
-    """A ``ProfilerStep#N`` annotation: an iteration."""
-    name = ev.get("name")
-    if not isinstance(name, str) or not name.startswith(_STEP_PREFIX):
-        return
-    if not name_ok(name):
-        skipped[name_reason(name)] += 1
-        return
-    m = _STEP.match(name)
-    if m is None:
-        return
-    if len(m.group(1)) > 19:
-        raise IntOutOfRangeError(m.group(1))
-    step = need_int(m.group(1))
-    out.steps.append((step or 0, ts, dur, need_int(ev.get("pid")), need_int(ev.get("tid"))))
-
-
-_ADD = {"gpu": _add_gpu, "launch": _add_launch, "op": _add_op}
 
 
 def _kernels(
-    ev: _Events, clock: ClockOffset, host: int | None, ctx: dict[str, str], skipped: Counter[str], groups: dict
+    ev: Events, clock: ClockOffset, host: int | None, ctx: dict[str, str], skipped: Counter[str], groups: dict
 ) -> pa.Table:
     """The kernels table: GPU work in epoch ns with its launch, op name, host pid and collective, in start order."""
     gpu = {k: ev.gpu.column(k) for k in ev.gpu.types}
@@ -352,7 +114,7 @@ def _kernels(
             "stream": gpu["stream"],
             "name": gpu["name"],
             "kind": gpu["kind"],
-            **{k: gpu[k] for k in _INT_COLS},
+            **{k: gpu[k] for k in INT_COLS},
             "launch_start_ns": pa.array(launch_start, pa.int64(), mask=~hit),
             "launch_end_ns": pa.array(launch_end, pa.int64(), mask=~hit),
             "launch_name": names.take(pa.array(name_idx, pa.int32(), mask=name_idx == len(names) - 1)),
@@ -361,12 +123,14 @@ def _kernels(
             **collective_columns(gpu["name"], gpu["correlation_id"], gpu["ext"], ev.comms, groups),
         },
     )
+    if ok.all() and not (np.diff(start) < 0).any():  # in start order already: no copy
+        return with_seq(table)
     keep = np.flatnonzero(ok)
-    return with_seq(table.take(pa.array(keep[np.argsort(start[keep], kind="stable")])) if n else table)
+    return with_seq(table.take(pa.array(keep[np.argsort(start[keep], kind="stable")])))
 
 
 def _iterations(
-    ev: _Events, clock: ClockOffset, host: int | None, ctx: dict[str, str], skipped: Counter[str]
+    ev: Events, clock: ClockOffset, host: int | None, ctx: dict[str, str], skipped: Counter[str]
 ) -> pa.Table:
     """ProfilerStep#N ranges as iterations, in start order; out-of-range ones counted and left out."""
     steps = sorted(set(ev.steps))  # a step written both as an operator and as an annotation is one
@@ -374,7 +138,7 @@ def _iterations(
     skipped[TIME_OUT_OF_RANGE] += int((~ok).sum())
     kept = [(s, a, b) for s, a, b, good in zip(steps, start, end, ok, strict=True) if good]
     m = len(kept)
-    labels = [f"{_STEP_PREFIX}{s[0]}" for s, _, _ in kept]
+    labels = [f"{STEP_PREFIX}{s[0]}" for s, _, _ in kept]
     node, identity = ctx["node"], ctx["identity"]
     return typed_table(
         ITERATIONS,
@@ -410,14 +174,14 @@ def parse_kineto(
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise ValueError(NOT_KINETO)
     skipped: Counter[str] = Counter()
-    ev = _Events()
-    _collect(doc["traceEvents"], skipped, ev)
+    ev = Events()
+    collect(doc["traceEvents"], skipped, ev)
     ctx = {"node": node, "identity": identity, "run_id": run_id, "model": model, "source": source}
     return _convert(ev, doc, file_mtime_ns, ctx, skipped)
 
 
 def _convert(
-    ev: _Events, keys: dict[str, Any], file_mtime_ns: int, ctx: dict[str, str], skipped: Counter[str]
+    ev: Events, keys: dict[str, Any], file_mtime_ns: int, ctx: dict[str, str], skipped: Counter[str]
 ) -> ParsedTrace:
     """The collected events as tables; ``keys``: the document's keys besides the events (clock, devices)."""
     clock = kineto_clock(
@@ -459,18 +223,28 @@ def parse_file(tf: TraceFile, ctx: TraceContext, limits: TraceLimits) -> Iterato
     """A Kineto trace file, streamed in bounded memory (``kineto_stream``); it anchors its own clock."""
     stream = EventStream(tf.path, limits)
     skipped: Counter[str] = Counter()
-    ev = _Events()
+    ev = Events()
     kept = EventKeeper(limits)
+    stream.columns = partial(_fold_window, skipped, ev, kept)
     with gc_paused():
         for batch in stream.batches():
-            _collect(batch, skipped, ev)
+            collect(batch, skipped, ev)
             kept.keep(batch)
+    stream.columns = None
     keys = {"node": ctx.node, "identity": ctx.identity, "run_id": ctx.run_id, "model": ctx.model, "source": ctx.source}
     parsed = _convert(ev, stream.rest, tf.mtime_ns, keys, skipped)
     distributed = parsed.job is not None and parsed.job.world_size is not None
     parsed.iterations = with_critical_paths(parsed.iterations, kept, limits, distributed)
     del kept
     yield from rechunk(parsed, ctx, stream.loaded())
+
+
+def _fold_window(skipped: Counter[str], ev: Events, kept: EventKeeper, raw: bytes) -> int | None:
+    """``EventStream.columns``: a window's events folded by ``kineto_arrow`` (counted as seen), or None."""
+    n = kineto_arrow.fold_window(raw, skipped, ev)
+    if n is not None:
+        kept.keep(raw, n)
+    return n
 
 
 TRACE_FORMAT = TraceFormat((FORMAT,), sniff, parse_file)

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field, PositiveInt
@@ -171,14 +172,18 @@ class HealthAnalyzer(Analyzer):
         return judge
 
     def _kernels(self, b: pa.RecordBatch) -> None:
+        """Each GPU's last trace ID in the batch, the GPUs in the order of their last kernel (a GPU at a time)."""
         if b.num_rows == 0 or "trace_id" not in b.schema.names:
             return
-        for node, device, trace in zip(
-            b.column("node").to_pylist(), b.column("device").to_pylist(), b.column("trace_id").to_pylist(), strict=True
-        ):
-            if trace and device is not None:
-                self._traces.pop((node, device), None)
-                self._traces[(node, device)] = trace
+        cols = ("node", "device", "trace_id")
+        rows = pa.table([*(b.column(k) for k in cols), pa.array(np.arange(b.num_rows))], names=[*cols, "at"])
+        traced = pc.fill_null(pc.not_equal(rows["trace_id"], ""), False)
+        rows = rows.filter(pc.and_(rows["device"].is_valid(), traced))
+        last = rows.group_by(["node", "device"], use_threads=False).aggregate([("at", "max")])
+        picked = b.select(list(cols)).take(np.sort(last.column("at_max").to_numpy())).to_pydict()
+        for node, device, trace in zip(*picked.values(), strict=True):
+            self._traces.pop((node, device), None)
+            self._traces[(node, device)] = trace
         while len(self._traces) > self.s.max_gpus:
             self._traces.popitem(last=False)
 

@@ -84,3 +84,23 @@ def test_a_gpu_is_its_pci_address_so_two_sources_gpu_0_stay_apart_and_xids_meet_
     a.update(EventBatch("telemetry", to_table([xid], ts_ns=2 * S, node="n1", source="xid"), "xid"))
     verdicts = {v.uuid: (v.gpu, v.status) for _, v in a.snapshot().verdicts}
     assert verdicts == {"GPU-0000:18:00.0": ("0", "unhealthy"), "GPU-0000:9b:00.0": ("0", "unhealthy")}
+
+
+def test_each_gpu_keeps_its_last_kernels_trace_in_the_order_of_its_last_kernel():
+    """What reading the rows one by one gives: the last non-empty trace per (node, device), newest GPU last."""
+    rows = [("n1", "0", "a"), ("n1", "1", "b"), ("n2", "0", ""), ("n1", "0", None), ("n2", "0", "c"), ("n1", "1", "d")]
+    rows += [("n1", None, "e"), ("n1", "2", "f"), ("n1", "0", "g"), ("n2", "1", "")]
+    b = kernels(
+        list(range(len(rows))),
+        node=[r[0] for r in rows],
+        device=[r[1] for r in rows],
+        trace_id=[r[2] for r in rows],
+    )
+    expected: dict[tuple[str, str], str] = {}
+    for node, device, trace in rows:
+        if trace and device is not None:
+            expected.pop((node, device), None)
+            expected[(node, device)] = trace
+    a = HealthAnalyzer(HealthSettings(max_gpus=3))
+    a.update(EventBatch("kernels", b, "test"))
+    assert list(a._traces.items()) == list(expected.items())[-3:]

@@ -239,7 +239,7 @@ def parse_file(tf: TraceFile, ctx: TraceContext, limits: TraceLimits) -> Iterato
     yield from rechunk(parsed, ctx, stream.loaded())
 
 
-def _fold_window(skipped: Counter[str], ev: Events, kept: EventKeeper, raw: bytes) -> int | None:
+def _fold_window(skipped: Counter[str], ev: Events, kept: EventKeeper, raw: memoryview) -> int | None:
     """``EventStream.columns``: a window's events folded by ``kineto_arrow`` (counted as seen), or None."""
     n = kineto_arrow.fold_window(raw, skipped, ev)
     if n is not None:

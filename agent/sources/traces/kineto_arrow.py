@@ -29,7 +29,6 @@ it, ``kineto_stream.MAX_EVENT``).
 
 from __future__ import annotations
 
-import io
 import re
 from collections import Counter
 from typing import Any, Final
@@ -75,47 +74,55 @@ _COMMA, _CLOSE, _OPEN, _NEWLINE = b",}{\n"
 _SPACE = np.zeros(256, dtype=bool)
 _SPACE[list(b" \t\r\n")] = True
 _MAX_SPACE = 16
-_NULL = re.compile(rb"[:\[,]\s*null\b")
+_NULL_TEXT, _NULL = re.compile(b"null"), re.compile(rb"[:\[,]\s*null\b")
 _DIMS: Final = (("grid", ("grid_x", "grid_y", "grid_z")), ("block", ("workgroup_x", "workgroup_y", "workgroup_z")))
 
 
-def fold_window(raw: bytes, skipped: Counter[str], out: Events) -> int | None:
-    """Fold a window's events (whole events, commas between) into ``out``: how many, or None (refused, nothing done)."""
+def fold_window(raw: memoryview, skipped: Counter[str], out: Events) -> int | None:
+    """Fold a window's events (whole events, commas between) into ``out``: how many, or None (refused, nothing done).
+
+    ``raw`` is the stream's own buffer, read in place: it is as it was when this returns.
+    """
     table = read(raw)
     if table is None:
         return None
     return table.num_rows if fold(table, raw, skipped, out) else None
 
 
-def read(raw: bytes) -> pa.Table | None:
-    """The window's events as columns of ``SCHEMA``, or None where Arrow reads them otherwise than orjson would."""
-    if not raw.isascii():
-        try:
-            raw.decode()
-        except UnicodeDecodeError:  # orjson refuses the window; the salvage drops the event
-            return None
-    got = _between(raw)
-    if got is None:
-        return None
-    text, commas = got
-    try:
-        table = pj.read_json(io.BytesIO(text), parse_options=_OPTIONS)
-    except pa.ArrowInvalid:
-        return None
-    return table.flatten() if table.num_rows == commas + 1 else None
+def read(raw: memoryview) -> pa.Table | None:
+    """The window's events as columns of ``SCHEMA``, or None where Arrow reads them otherwise than orjson would.
 
-
-def _between(raw: bytes) -> tuple[bytearray, int] | None:
-    """``raw`` with each comma between a ``}`` and a ``{`` a newline, and how many; None: an odd layout.
-
-    Vectorised (a regex over the window took twice as long): the commas right after a ``}``, and of
-    those the ones whose next byte past whitespace is ``{``. Where a comma has whitespace before it,
-    or a run of more than ``_MAX_SPACE`` after, the layout is not one this reads: None.
+    The commas between events are made newlines in ``raw`` itself (no copy of the window: the page
+    faults of fresh copies cost as much as the parse) and put back before it returns.
     """
     a = np.frombuffer(raw, np.uint8)
-    commas = np.flatnonzero(a == _COMMA)
-    if commas.size and _SPACE[a[commas - 1]].any():
+    if a.size and int(a.max()) >= 0x80:
+        try:
+            bytes(raw).decode()
+        except UnicodeDecodeError:  # orjson refuses the window; the salvage drops the event
+            return None
+    commas = _between(a)
+    if commas is None:
         return None
+    a[commas] = _NEWLINE
+    try:
+        table = pj.read_json(pa.BufferReader(pa.py_buffer(raw)), parse_options=_OPTIONS)
+    except pa.ArrowInvalid:
+        return None
+    finally:
+        a[commas] = _COMMA
+    return table.flatten() if table.num_rows == commas.size + 1 else None
+
+
+def _between(a: np.ndarray) -> np.ndarray | None:
+    """The offsets of the commas between a ``}`` and a ``{`` in ``a``; None: an odd layout.
+
+    Vectorised (a regex over the window took twice as long): the commas right after a ``}``, and of
+    those the ones whose next byte past whitespace is ``{``. A comma with whitespace before it is
+    left alone (Arrow then refuses the window); more than ``_MAX_SPACE`` bytes of whitespace after
+    one is a layout this does not read: None.
+    """
+    commas = np.flatnonzero(a == _COMMA)
     commas = commas[a[commas - 1] == _CLOSE]
     nxt, last = commas + 1, a.size - 1
     for _ in range(_MAX_SPACE):
@@ -125,13 +132,10 @@ def _between(raw: bytes) -> tuple[bytearray, int] | None:
         nxt[space] += 1
     else:
         return None
-    commas = commas[a[np.minimum(nxt, last)] == _OPEN]
-    text = bytearray(raw)
-    np.frombuffer(text, np.uint8)[commas] = _NEWLINE
-    return text, int(commas.size)
+    return commas[a[np.minimum(nxt, last)] == _OPEN]
 
 
-def fold(t: pa.Table, raw: bytes, skipped: Counter[str], out: Events) -> bool:
+def fold(t: pa.Table, raw: memoryview, skipped: Counter[str], out: Events) -> bool:
     """Fold the events into ``out`` as ``kineto_events.collect`` would, or change nothing and say False."""
     cols = {k: t.column(k).combine_chunks() for k in t.column_names}
     ph, cat = cols["ph"], cols["cat"]
@@ -161,7 +165,7 @@ def fold(t: pa.Table, raw: bytes, skipped: Counter[str], out: Events) -> bool:
 class _Plan:
     """What a window adds to ``Events``, checked whole before any of it is added (``commit``)."""
 
-    def __init__(self, t: pa.Table, cols: dict[str, pa.Array], raw: bytes) -> None:
+    def __init__(self, t: pa.Table, cols: dict[str, pa.Array], raw: memoryview) -> None:
         self.t = t
         self.cols = cols
         self.raw = raw
@@ -184,7 +188,7 @@ class _Plan:
     def no_null(self) -> bool:
         """Whether the window holds no JSON ``null`` (so a null column value is an absent key)."""
         if self._no_null is None:
-            self._no_null = b"null" not in self.raw or _NULL.search(self.raw) is None
+            self._no_null = _NULL_TEXT.search(self.raw) is None or _NULL.search(self.raw) is None
         return self._no_null
 
     def gpu(self, mask: pa.Array | None) -> bool:

@@ -40,15 +40,15 @@ class EventKeeper:
         self._kept: list[list[Any] | bytes] | None = [] if self.on else None
         self.seen = 0
 
-    def keep(self, batch: list[Any] | bytes, n: int | None = None) -> None:
-        """Keep a batch (in file order; bytes: a window of ``n`` events), or let all go once over the bound."""
+    def keep(self, batch: list[Any] | memoryview, n: int | None = None) -> None:
+        """Keep a batch (in file order; a buffer: a window of ``n`` events, copied), or let all go past the bound."""
         self.seen += len(batch) if n is None else n
         if self._kept is None:
             return
         if self.seen > self.cap:
             self._kept = None
             return
-        self._kept.append(batch)
+        self._kept.append(bytes(batch) if isinstance(batch, memoryview) else batch)
 
     @property
     def events(self) -> list[Any] | None:

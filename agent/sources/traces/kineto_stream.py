@@ -94,9 +94,10 @@ class EventStream:
         self._last = b""  # the last bytes read: the snippet of a cut
         self._first = bytearray()  # the first bytes: the message of a document with no event
         self._events = 0
-        # The consumer's columnar reader: given a fast-path window's events (whole, commas between), it
-        # folds them and says how many, or None to have them handed out as dicts (``kineto_arrow``).
-        self.columns: Callable[[bytes], int | None] | None = None
+        # The consumer's columnar reader: given a fast-path window's events (whole, commas between; the
+        # window's own buffer, to leave as it was), it folds them and says how many, or None to have
+        # them handed out as dicts (``kineto_arrow``).
+        self.columns: Callable[[memoryview], int | None] | None = None
 
     def loaded(self) -> LoadedJson:
         """What was lost, as ``json_salvage`` reports it for a whole document."""
@@ -130,7 +131,7 @@ class EventStream:
             self._damage = str(exc)
             return b""
         self._size += len(block)
-        self._last = (self._last + block)[-_SNIPPET:]
+        self._last = (self._last + block[-_SNIPPET:])[-_SNIPPET:]
         if len(self._first) < 1 << 20:
             self._first += block[: (1 << 20) - len(self._first)]
         return block
@@ -218,16 +219,15 @@ class EventStream:
             if window[lead : lead + 1] != b",":
                 return None
             lead += 1
-        raw = bytes(window[lead : end + 1])
-        folded = self.columns(raw) if self.columns is not None else None
-        if folded is not None:  # the consumer read them a column at a time: nothing to hand out
-            self._events += folded
-            return base + end
-        try:
-            events = orjson.loads(b"[" + raw + b"]")
-        except orjson.JSONDecodeError:
-            return None
-        del raw
+        with memoryview(window) as view, view[lead : end + 1] as raw:
+            folded = self.columns(raw) if self.columns is not None else None
+            if folded is not None:  # the consumer read them a column at a time: nothing to hand out
+                self._events += folded
+                return base + end
+            try:
+                events = orjson.loads(b"[" + raw + b"]")
+            except orjson.JSONDecodeError:
+                return None
         self._events += len(events)
         yield events
         return base + end

@@ -18,9 +18,9 @@ rounds are interleaved (orjson, source, replay, orjson, ...) and medians reporte
 - ``replay``: the whole ``aaco replay`` command (start-up, parse, correlator, analyzers, Parquet
   lake), wall time of the process.
 
-Throughput ratio (the goal, >= 0.5): replay events/s over orjson events/s, the replay's whole
-process (start-up and pipeline included) against orjson's parse timed after its imports, the file
-read included. The source's ratio (timed after imports like orjson's) is reported beside it, and both
+Throughput ratio (the goal, >= 1.5 since issue 32; 0.5 in issue 18): replay events/s over orjson
+events/s, the replay's whole process (start-up and pipeline included) against orjson's parse timed
+after its imports, the file read included. The source's ratio (timed after imports like orjson's) is reported beside it, and both
 in CPU seconds of the child (``process_time`` for orjson and the source, user + system of the whole
 replay process from ``wait4``): on a shared machine CPU time moves less than wall time. RSS goal:
 ``aaco replay``'s peak <= 1024 MiB. Prints one JSON line.
@@ -206,6 +206,7 @@ def main() -> None:
     med = {k: statistics.median(s for s, _ in v) for k, v in runs.items()}
     rss = {k: max(r for _, r in v) / 2**20 for k, v in runs.items()}
     ratio = med["orjson"] / med["replay"]
+    goal = 1.5
     cpu_med = {k: statistics.median(v) for k, v in cpu.items()}
     print(
         json.dumps(
@@ -228,9 +229,9 @@ def main() -> None:
                 "throughput_ratio_source_vs_orjson_cpu": round(cpu_med["orjson"] / cpu_med["source"], 3),
                 "throughput_ratio_replay_vs_orjson": round(ratio, 3),
                 "throughput_ratio_replay_vs_orjson_cpu": round(cpu_med["orjson"] / cpu_med["replay"], 3),
-                "goal_ratio": 0.5,
+                "goal_ratio": goal,
                 "goal_rss_mib": 1024,
-                "goal_met_throughput": ratio >= 0.5,
+                "goal_met_throughput": ratio >= goal,
                 "goal_met_rss": rss["replay"] <= 1024,
             }
         )

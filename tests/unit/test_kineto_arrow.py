@@ -302,3 +302,10 @@ def test_nesting_deeper_than_orjson_reads_in_a_field_not_read_is_kept(tmp_path, 
     data = write(tmp_path, events()).read_bytes().replace(b'"cbid": 211', b'"cbid": 211, ' + deep, 1)
     got = parse(write(tmp_path, [], text=data), monkeypatch, arrow=True)
     assert got.kernels.num_rows == 30 and not got.rest["skipped"] and got.taken > 0
+
+
+def test_a_comma_twice_between_events_is_counted_as_the_dict_path_counts_it(tmp_path, monkeypatch):
+    data = write(tmp_path, events()).read_bytes()
+    at = data.index(b"},\n  {", len(data) // 2) + 1
+    got = same(write(tmp_path, [], text=data[:at] + b"," + data[at:]), monkeypatch)
+    assert got.rest["skipped"] == {"invalid_json": 1} and got.kernels.num_rows == 30

@@ -28,12 +28,13 @@ categories that look like GPU work are counted on ``ParsedTrace.unrecognised``.
   the start is as exact as the loaded double allows (within 125 ns for epoch microseconds with a
   nanosecond fraction, exact with a base or integer microseconds).
 
-Files are read in bounded memory (``kineto_stream``): the events arrive in batches and are folded
-into columns (``collect``: a batch's events of one role a column at a time, ``kineto_columns``,
-or event by event, ``_add_gpu`` ..., when a column holds a value these rules count, drop or
-convert), the keys outside ``traceEvents`` (base time, devices) are read when the file ends,
-wherever they stand, and the tables are built from the columns (``_convert``), as ``parse_kineto``
-does for a loaded document.
+Files are read in bounded memory (``kineto_stream``): each window of events is read by Arrow
+straight into columns (``kineto_arrow``) or, when it holds a value these rules count, drop or
+convert, arrives as a batch of dicts folded into the same columns (``kineto_events.collect``: a
+role's events a column at a time, ``kineto_columns``, or event by event, ``_add_gpu`` ...; the
+rules are stated there once). The keys outside ``traceEvents`` (base time, devices) are read when
+the file ends, wherever they stand, and the tables are built from the columns (``_convert``), as
+``parse_kineto`` does for a loaded document.
 
 Bad input is counted in ``skipped`` and left out, never raised (``json_values``): an event whose
 time is not a finite number (``bad_time``) or lands outside 1990..2100 (``time_out_of_range``), an
@@ -240,7 +241,7 @@ def parse_file(tf: TraceFile, ctx: TraceContext, limits: TraceLimits) -> Iterato
 
 
 def _fold_window(skipped: Counter[str], ev: Events, kept: EventKeeper, raw: memoryview) -> int | None:
-    """``EventStream.columns``: a window's events folded by ``kineto_arrow`` (counted as seen), or None."""
+    """``EventStream.columns``: a window folded by ``kineto_arrow`` (and kept for the critical path), or None."""
     n = kineto_arrow.fold_window(raw, skipped, ev)
     if n is not None:
         kept.keep(raw, n)

@@ -123,6 +123,7 @@ def _between(a: np.ndarray) -> np.ndarray | None:
     one is a layout this does not read: None.
     """
     commas = np.flatnonzero(a == _COMMA)
+    commas = commas[commas > 0]
     commas = commas[a[commas - 1] == _CLOSE]
     nxt, last = commas + 1, a.size - 1
     for _ in range(_MAX_SPACE):

@@ -1,4 +1,4 @@
-"""Kineto events read a column at a time: ``kineto._collect``'s fast path for a batch of one role.
+"""Kineto events read a column at a time: ``kineto_events.collect``'s fast path for a batch of one role.
 
 Reading an event at a time costs Python work per field (a type check, a range check, an append).
 Here a batch of GPU work, launches or operators is read field by field, one list comprehension per

@@ -21,8 +21,9 @@ streamed, sizes bounded) in blocks of ``BLOCK`` bytes:
 3. the bytes after the array are kept (at most ``MAX_OUTSIDE``) and the keys outside the array are
    parsed once the file ends, with an empty array in its place: ``rest``.
 
-Memory is the window (a block plus one unfinished event, at most ``MAX_EVENT`` bytes), one window's
-parsed events, and the keys outside the array, whatever the file's size. Boundaries are never taken
+Memory is the window (a block, ``COLUMNS_BLOCK`` for a columnar consumer, plus one unfinished event,
+at most ``MAX_EVENT`` bytes), one window's parsed events (or columns), and the keys outside the
+array, whatever the file's size. Boundaries are never taken
 from the layout alone, so a string holding ``}, {`` or args nested in an event split nothing.
 Hand-written over library parts (orjson per window, ``json_scan``'s vectorised scan) because the
 streaming parser on hand (ijson) builds events in Python at a fraction of orjson's speed, and

@@ -222,7 +222,7 @@ class _Plan:
                 return False
             self.comm_kernels = _dicts(self.t.filter(pc.and_(mask, pc.is_in(self.cols["name"], pa.array(comm, STR)))))
         self.gpu_cols = cols
-        self.lanes = set(pc.unique(lane.drop_null()).to_pylist())
+        self.lanes = _distinct(lane)
         return True
 
     def launch(self, mask: pa.Array | None) -> bool:
@@ -232,7 +232,7 @@ class _Plan:
         if not _names_ok(names, nullable=True):
             return False
         pid = self.col("pid", mask)
-        self.launch_pids = set(pc.unique(pid.drop_null()).to_pylist())
+        self.launch_pids = _distinct(pid)
         corr = self.col("args.correlation", mask)
         cols = {"corr": corr, "pid": pid, "tid": self.col("tid", mask), "ts": self.col("ts", mask)}
         cols |= {"dur": self.col("dur", mask), "name": names}
@@ -256,7 +256,7 @@ class _Plan:
         steps = pc.fill_null(pc.starts_with(self.cols["name"], STEP_PREFIX), False)
         if pc.any(pc.and_(mask, steps)).as_py():
             self.step_ops = _dicts(self.t.filter(pc.and_(mask, steps)))
-        self.op_pids = set(pc.unique(self.col("pid", mask).drop_null()).to_pylist())
+        self.op_pids = _distinct(self.col("pid", mask))
         ext = self.col("args.External id", mask)
         both = pc.and_(ext.is_valid(), names.is_valid())
         if pc.any(both).as_py():
@@ -300,6 +300,11 @@ class _Plan:
             except IntOutOfRangeError:
                 skipped[INT_OUT_OF_RANGE] += 1
         out.end_chunks.append(ends)
+
+
+def _distinct(values: pa.Array) -> set[int]:
+    """The distinct values of an int column, nulls left out (the pids a role's events ran on)."""
+    return set(pc.unique(values.drop_null()).to_pylist())
 
 
 def _floats(values: pa.Array) -> np.ndarray:

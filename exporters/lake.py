@@ -18,8 +18,12 @@ Exactly once, for durable inputs (trace files, see ``contract/ledger.py``). Ever
 
 1. the parts are written under temporary names;
 2. an intent ``checkpoints/commit-<seq>.json`` names them and the input offsets they complete;
-3. the parts are linked into place;
-4. ``checkpoints/offsets.json`` takes the new offsets and the intent is removed.
+3. ``checkpoints/offsets.json`` takes the new offsets;
+4. the parts are linked into place and the intent is removed.
+
+A failure up to step 3 (a full disk) leaves nothing behind: the temporary parts and the intent are
+removed and the rows wait for the next attempt. No part is sealed before its offsets are on disk,
+so a commit the disk refused is never half visible and then written again.
 
 A commit only takes the rows of ranges whose offset it advances past (all earlier ranges of the
 same input complete too): rows still waiting on a piece (a kernel the correlator holds) wait for a
@@ -368,18 +372,32 @@ class LakeExporter(Exporter):
                 }
                 intent_path = self.checkpoints / f"commit-{seq:08d}.json"
                 write_json_atomic(intent_path, intent)
-                for tmp, final_path, _ in plan:
-                    os.link(tmp, final_path)
-                    tmp.unlink()
-                self.ledger.apply([r for e in entries for r in e.ranges])
-                write_json_atomic(self.checkpoints / OFFSETS, {"commit": seq, "inputs": self.ledger.snapshot()})
-                intent_path.unlink()
+                # The offsets go to disk before any part is sealed: up to here a failure (a full disk) leaves
+                # nothing behind and the rows are written again by the next attempt; from here the commit is
+                # durable (the intent and the temporary parts finish it after a crash), and is never redone.
+                inputs = {**self.ledger.snapshot(), **offsets}
+                write_json_atomic(self.checkpoints / OFFSETS, {"commit": seq, "inputs": inputs})
             except OSError as exc:
                 for tmp, _, _ in plan:
                     tmp.unlink(missing_ok=True)
+                (self.checkpoints / f"commit-{seq:08d}.json").unlink(missing_ok=True)
                 self._stats.inc(EXPORT_ERRORS, 1, exporter="lake")
                 log.error("lake: commit %d under %s failed (rows kept for the next attempt): %s", seq, self.root, exc)
                 return False
+            self.ledger.apply([r for e in entries for r in e.ranges])
+            try:
+                for tmp, final_path, _ in plan:
+                    os.link(tmp, final_path)
+                    tmp.unlink()
+                intent_path.unlink()
+            except OSError as exc:
+                self._stats.inc(EXPORT_ERRORS, 1, exporter="lake")
+                log.error(
+                    "lake: commit %d under %s is durable but not in place; the next start finishes it: %s",
+                    seq,
+                    self.root,
+                    exc,
+                )
             self._commit_seq = seq
             if self.shipper is not None and plan:
                 self.shipper.wake()

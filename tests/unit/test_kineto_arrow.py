@@ -47,15 +47,15 @@ class Read:
 
 def parse(path: Path, monkeypatch: pytest.MonkeyPatch, *, arrow: bool) -> Read:
     counts: Counter[str] = Counter()
-    real = kineto_arrow.fold_window
+    real = kineto_arrow.WindowReader.fold_window
 
-    def fold_window(raw, skipped, out):
-        n = real(raw, skipped, out) if arrow else None
+    def fold_window(self, raw, skipped, out):
+        n = real(self, raw, skipped, out) if arrow else None
         counts["taken" if n is not None else "refused"] += 1
         return n
 
     with monkeypatch.context() as m:
-        m.setattr(kineto_arrow, "fold_window", fold_window)
+        m.setattr(kineto_arrow.WindowReader, "fold_window", fold_window)
         tf = identify(path)
         parts = list(parse_any(tf, context_for(tf, node="n", source="kineto")))
     first = parts[0]

@@ -120,8 +120,8 @@ def test_failed_range_is_dropped_at_shutdown_and_counted(tmp_path):
     assert led.committed("f")[0] == 0
 
 
-def simulate_crash_after_intent(tmp_path, linked: int):
-    """Run a commit up to the intent and ``linked`` of its two links (2: all, then die before the offsets)."""
+def simulate_crash_after_intent(tmp_path, at: str | int):
+    """Run a commit past its intent and die: writing the offsets (``"offsets"``), or after ``at`` of its two links."""
     led = Ledger()
     lx = lake(tmp_path, led)
     lx.export(piece(led, "f", 0, 64, 6))
@@ -150,7 +150,7 @@ def simulate_crash_after_intent(tmp_path, linked: int):
     calls = {"n": 0}
 
     def link(src, dst):
-        if calls["n"] >= linked:
+        if at != "offsets" and calls["n"] >= at:
             raise SystemExit("killed")
         calls["n"] += 1
         real_link(src, dst)
@@ -162,7 +162,7 @@ def simulate_crash_after_intent(tmp_path, linked: int):
 
     def write(path, doc):
         writes["n"] += 1
-        if writes["n"] > 1:  # the intent goes through; the offsets update does not
+        if at == "offsets" and writes["n"] > 1:  # the intent goes through; the offsets update does not
             raise SystemExit("killed")
         real_write(path, doc)
 
@@ -177,9 +177,9 @@ def simulate_crash_after_intent(tmp_path, linked: int):
     lx._lock_file.close()  # the process died: its lock is gone
 
 
-@pytest.mark.parametrize("linked", [0, 1, 2])
-def test_restart_finishes_an_interrupted_commit(tmp_path, linked):
-    simulate_crash_after_intent(tmp_path, linked)
+@pytest.mark.parametrize("at", ["offsets", 0, 1])
+def test_restart_finishes_an_interrupted_commit(tmp_path, at):
+    simulate_crash_after_intent(tmp_path, at)
     assert list((tmp_path / "lake" / "checkpoints").glob("commit-*.json"))
     led = Ledger()
     lake(tmp_path, led)  # recovery
@@ -188,6 +188,39 @@ def test_restart_finishes_an_interrupted_commit(tmp_path, linked):
     assert led.committed("f")[0] == 64  # and the offsets say so
     assert not list((tmp_path / "lake").rglob(".part-*.tmp"))
     assert not list((tmp_path / "lake" / "checkpoints").glob("commit-*.json"))
+
+
+def test_a_commit_the_disk_refuses_leaves_nothing_and_the_next_writes_its_rows_once(tmp_path):
+    """A full disk at any write of a commit (parts, intent, offsets): no part sealed, the rows kept, stored once."""
+    import aaco.exporters.lake as lake_mod
+
+    led = Ledger()
+    lx = lake(tmp_path, led)
+    lx.export(piece(led, "f", 0, 64, 6))
+    real = lake_mod.write_json_atomic
+    for refused in (1, 2):  # the intent's write, then the offsets'
+        writes = {"n": 0}
+
+        def write(path, doc, refused=refused, writes=writes):
+            writes["n"] += 1
+            if writes["n"] == refused:
+                raise OSError(28, "No space left on device")
+            real(path, doc)
+
+        lake_mod.write_json_atomic = write
+        try:
+            assert not lx.commit()
+        finally:
+            lake_mod.write_json_atomic = real
+        assert rows(tmp_path) == 0 and led.committed("f")[0] == 0
+        assert not list((tmp_path / "lake" / "checkpoints").glob("commit-*.json"))
+        assert not list((tmp_path / "lake").rglob(".part-*.tmp"))
+    assert lx.commit()
+    assert rows(tmp_path) == 6 and led.committed("f")[0] == 64
+    lx.shutdown()
+    led2 = Ledger()
+    lake(tmp_path, led2)
+    assert rows(tmp_path) == 6 and led2.committed("f")[0] == 64
 
 
 def test_crash_before_intent_leaves_nothing(tmp_path):

@@ -226,7 +226,7 @@ def parse_file(tf: TraceFile, ctx: TraceContext, limits: TraceLimits) -> Iterato
     skipped: Counter[str] = Counter()
     ev = Events()
     kept = EventKeeper(limits)
-    stream.columns = partial(_fold_window, skipped, ev, kept)
+    stream.columns = partial(_fold_window, kineto_arrow.WindowReader(), skipped, ev, kept)
     with gc_paused():
         for batch in stream.batches():
             collect(batch, skipped, ev)
@@ -240,9 +240,11 @@ def parse_file(tf: TraceFile, ctx: TraceContext, limits: TraceLimits) -> Iterato
     yield from rechunk(parsed, ctx, stream.loaded())
 
 
-def _fold_window(skipped: Counter[str], ev: Events, kept: EventKeeper, raw: memoryview) -> int | None:
+def _fold_window(
+    reader: kineto_arrow.WindowReader, skipped: Counter[str], ev: Events, kept: EventKeeper, raw: memoryview
+) -> int | None:
     """``EventStream.columns``: a window folded by ``kineto_arrow`` (and kept for the critical path), or None."""
-    n = kineto_arrow.fold_window(raw, skipped, ev)
+    n = reader.fold_window(raw, skipped, ev)
     if n is not None:
         kept.keep(raw, n)
     return n

@@ -78,40 +78,48 @@ _NULL_TEXT, _NULL = re.compile(b"null"), re.compile(rb"[:\[,]\s*null\b")
 _DIMS: Final = (("grid", ("grid_x", "grid_y", "grid_z")), ("block", ("workgroup_x", "workgroup_y", "workgroup_z")))
 
 
-def fold_window(raw: memoryview, skipped: Counter[str], out: Events) -> int | None:
-    """Fold a window's events (whole events, commas between) into ``out``: how many, or None (refused, nothing done).
+class WindowReader:
+    """One file's windows read by Arrow through one scratch buffer (``fold_window``).
 
-    ``raw`` is the stream's own buffer, read in place: it is as it was when this returns.
+    Why a scratch buffer: Arrow may still hold the buffer it was given for a moment after
+    ``read_json`` returns (its read-ahead threads, after a refusal), so it never gets a view of the
+    stream's window, which must stay free to grow and shrink; and a reused buffer costs no fresh
+    pages per window (fresh copies' page faults cost as much as the parse). A buffer Arrow may still
+    hold is replaced, never resized.
     """
-    table = read(raw)
-    if table is None:
-        return None
-    return table.num_rows if fold(table, raw, skipped, out) else None
 
+    def __init__(self) -> None:
+        self._scratch = bytearray()
 
-def read(raw: memoryview) -> pa.Table | None:
-    """The window's events as columns of ``SCHEMA``, or None where Arrow reads them otherwise than orjson would.
-
-    The commas between events are made newlines in ``raw`` itself (no copy of the window: the page
-    faults of fresh copies cost as much as the parse) and put back before it returns.
-    """
-    a = np.frombuffer(raw, np.uint8)
-    if a.size and int(a.max()) >= 0x80:
-        try:
-            bytes(raw).decode()
-        except UnicodeDecodeError:  # orjson refuses the window; the salvage drops the event
+    def fold_window(self, raw: memoryview, skipped: Counter[str], out: Events) -> int | None:
+        """Fold a window's events (whole, commas between) into ``out``: how many, or None (refused, nothing done)."""
+        table = self.read(raw)
+        if table is None:
             return None
-    commas = _between(a)
-    if commas is None:
-        return None
-    a[commas] = _NEWLINE
-    try:
-        table = pj.read_json(pa.BufferReader(pa.py_buffer(raw)), parse_options=_OPTIONS)
-    except pa.ArrowInvalid:
-        return None
-    finally:
-        a[commas] = _COMMA
-    return table.flatten() if table.num_rows == commas.size + 1 else None
+        return table.num_rows if fold(table, raw, skipped, out) else None
+
+    def read(self, raw: memoryview) -> pa.Table | None:
+        """The window's events as columns of ``SCHEMA``, or None where Arrow reads them otherwise than orjson would."""
+        n = len(raw)
+        if len(self._scratch) < n:
+            self._scratch = bytearray(max(n, 2 * len(self._scratch)))
+        text = memoryview(self._scratch)[:n]
+        text[:] = raw
+        a = np.frombuffer(text, np.uint8)
+        if n and int(a.max()) >= 0x80:
+            try:
+                bytes(text).decode()
+            except UnicodeDecodeError:  # orjson refuses the window; the salvage drops the event
+                return None
+        commas = _between(a)
+        if commas is None:
+            return None
+        a[commas] = _NEWLINE
+        try:
+            table = pj.read_json(pa.BufferReader(pa.py_buffer(text)), parse_options=_OPTIONS)
+        except pa.ArrowException:
+            return None
+        return table.flatten() if table.num_rows == commas.size + 1 else None
 
 
 def _between(a: np.ndarray) -> np.ndarray | None:

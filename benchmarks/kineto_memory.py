@@ -20,10 +20,10 @@ rounds are interleaved (orjson, source, replay, orjson, ...) and medians reporte
 
 Throughput ratio (the goal, >= 1.5 since issue 32; 0.5 in issue 18): replay events/s over orjson
 events/s, the replay's whole process (start-up and pipeline included) against orjson's parse timed
-after its imports, the file read included. The source's ratio (timed after imports like orjson's) is reported beside it, and both
-in CPU seconds of the child (``process_time`` for orjson and the source, user + system of the whole
-replay process from ``wait4``): on a shared machine CPU time moves less than wall time. RSS goal:
-``aaco replay``'s peak <= 1024 MiB. Prints one JSON line.
+after its imports, the file read included. The source's ratio (timed after imports like orjson's)
+is reported beside it, and both in CPU seconds of the child (``process_time`` for orjson and the
+source, user + system of the whole replay process from ``wait4``): on a shared machine CPU time
+moves less than wall time. RSS goal: ``aaco replay``'s peak <= 1024 MiB. Prints one JSON line.
 """
 
 from __future__ import annotations

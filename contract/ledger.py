@@ -122,12 +122,15 @@ class Ledger:
             r.pieces += n
 
     @staticmethod
-    def _advance(inp: _Input, extra_done: dict[int, int] | None = None) -> tuple[int, int]:
-        """(new committed offset, ranges consumed) for an input, counting ``extra_done`` pieces as done."""
+    def _advance(inp: _Input, extra_done: dict[int, int] | None = None, limit: int | None = None) -> tuple[int, int]:
+        """(new committed offset, ranges consumed) for an input, counting ``extra_done`` pieces as done.
+
+        ``limit``: no range that ends past it is consumed.
+        """
         offset, used = inp.committed, 0
         for r in sorted(inp.ranges, key=lambda x: x.start):
             pieces = r.pieces - (extra_done or {}).get(id(r), 0)
-            if r.start > offset or not r.sealed or r.failed or pieces > 0:
+            if r.start > offset or not r.sealed or r.failed or pieces > 0 or (limit is not None and r.end > limit):
                 break
             offset = max(offset, r.end)
             used += 1
@@ -161,13 +164,19 @@ class Ledger:
                     out[key] = {"offset": offset, "meta": dict(inp.meta)}
         return out
 
-    def apply(self, done: list[Range]) -> None:
-        """Mark the pieces in ``done`` durable and fold complete ranges into the committed offsets."""
+    def apply(self, done: list[Range], upto: dict[str, dict[str, Any]] | None = None) -> None:
+        """Mark the pieces in ``done`` durable and fold complete ranges into the committed offsets.
+
+        ``upto`` (a ``preview``): fold no further than it said, so that what was written from it is what
+        the ledger holds (ranges that completed since fold at the next commit).
+        """
         with self._lock:
             for r in done:
                 r.pieces -= 1
-            for inp in self._inputs.values():
-                offset, used = self._advance(inp)
+            for key, inp in self._inputs.items():
+                if upto is not None and key not in upto:
+                    continue
+                offset, used = self._advance(inp, limit=None if upto is None else int(upto[key]["offset"]))
                 if used:
                     ranges = sorted(inp.ranges, key=lambda x: x.start)
                     inp.ranges = ranges[used:]

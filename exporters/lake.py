@@ -21,9 +21,8 @@ Exactly once, for durable inputs (trace files, see ``contract/ledger.py``). Ever
 3. ``checkpoints/offsets.json`` takes the new offsets;
 4. the parts are linked into place and the intent is removed.
 
-A failure up to step 3 (a full disk) leaves nothing behind: the temporary parts and the intent are
-removed and the rows wait for the next attempt. No part is sealed before its offsets are on disk,
-so a commit the disk refused is never half visible and then written again.
+A failure up to step 3 (a full disk) removes the temporary parts and the intent; the rows wait for
+the next attempt. No part is sealed before its offsets are on disk: none is stored twice.
 
 A commit only takes the rows of ranges whose offset it advances past (all earlier ranges of the
 same input complete too): rows still waiting on a piece (a kernel the correlator holds) wait for a
@@ -365,26 +364,20 @@ class LakeExporter(Exporter):
                     tmp = self._write_tmp(directory / f".part-c{seq}-{i}.tmp", table)
                     final_path = self._final_name(directory)
                     plan.append((tmp, final_path, table.num_rows))
-                intent = {
-                    "commit": seq,
-                    "parts": [[str(t.relative_to(self.root)), str(f.relative_to(self.root))] for t, f, _ in plan],
-                    "offsets": offsets,
-                }
+                parts = [[str(t.relative_to(self.root)), str(f.relative_to(self.root))] for t, f, _ in plan]
                 intent_path = self.checkpoints / f"commit-{seq:08d}.json"
-                write_json_atomic(intent_path, intent)
-                # The offsets go to disk before any part is sealed: up to here a failure (a full disk) leaves
-                # nothing behind and the rows are written again by the next attempt; from here the commit is
-                # durable (the intent and the temporary parts finish it after a crash), and is never redone.
+                write_json_atomic(intent_path, {"commit": seq, "parts": parts, "offsets": offsets})
+                # Offsets on disk before any part is sealed; from here the commit is durable (module doc).
                 inputs = {**self.ledger.snapshot(), **offsets}
                 write_json_atomic(self.checkpoints / OFFSETS, {"commit": seq, "inputs": inputs})
             except OSError as exc:
                 for tmp, _, _ in plan:
                     tmp.unlink(missing_ok=True)
-                (self.checkpoints / f"commit-{seq:08d}.json").unlink(missing_ok=True)
+                (self.checkpoints / f"commit-{seq:08d}.json").unlink(missing_ok=True)  # abandoned: never recovered
                 self._stats.inc(EXPORT_ERRORS, 1, exporter="lake")
                 log.error("lake: commit %d under %s failed (rows kept for the next attempt): %s", seq, self.root, exc)
                 return False
-            self.ledger.apply([r for e in entries for r in e.ranges])
+            self.ledger.apply([r for e in entries for r in e.ranges], upto=offsets)
             try:
                 for tmp, final_path, _ in plan:
                     os.link(tmp, final_path)
@@ -392,12 +385,7 @@ class LakeExporter(Exporter):
                 intent_path.unlink()
             except OSError as exc:
                 self._stats.inc(EXPORT_ERRORS, 1, exporter="lake")
-                log.error(
-                    "lake: commit %d under %s is durable but not in place; the next start finishes it: %s",
-                    seq,
-                    self.root,
-                    exc,
-                )
+                log.error("lake: commit %d under %s not in place (a restart finishes it): %s", seq, self.root, exc)
             self._commit_seq = seq
             if self.shipper is not None and plan:
                 self.shipper.wake()

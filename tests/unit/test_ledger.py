@@ -76,3 +76,18 @@ def test_load_reset_forget():
     led.forget("f")
     assert led.committed("f") is None
     assert led.snapshot() == {}
+
+
+def test_apply_up_to_a_preview_folds_no_range_that_completed_after_it():
+    """What a commit wrote from its preview is what the ledger holds; a range sealed since waits for the next."""
+    led = Ledger()
+    a = led.register("f", 0, 10)
+    a.add_pieces(1)
+    a.seal()
+    preview = led.preview([a])
+    late = led.register("g", 0, 5)  # no rows: complete once sealed, after the preview
+    late.seal()
+    led.apply([a], upto=preview)
+    assert led.committed("f")[0] == 10 and led.committed("g")[0] == 0 and led.foldable()
+    led.apply([], upto=led.preview([]))
+    assert led.committed("g")[0] == 5

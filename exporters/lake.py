@@ -357,6 +357,7 @@ class LakeExporter(Exporter):
                 for date, node, rows in e.parts:
                     grouped.setdefault((e.kind, date, node), []).append(rows)
             plan: list[tuple[Path, Path, int]] = []
+            intent_path = self.checkpoints / f"commit-{seq:08d}.json"
             try:
                 for i, ((kind, date, node), batches) in enumerate(sorted(grouped.items())):
                     directory = self._directory(kind, date, node)
@@ -365,7 +366,6 @@ class LakeExporter(Exporter):
                     final_path = self._final_name(directory)
                     plan.append((tmp, final_path, table.num_rows))
                 parts = [[str(t.relative_to(self.root)), str(f.relative_to(self.root))] for t, f, _ in plan]
-                intent_path = self.checkpoints / f"commit-{seq:08d}.json"
                 write_json_atomic(intent_path, {"commit": seq, "parts": parts, "offsets": offsets})
                 # Offsets on disk before any part is sealed; from here the commit is durable (module doc).
                 inputs = {**self.ledger.snapshot(), **offsets}
@@ -373,7 +373,7 @@ class LakeExporter(Exporter):
             except OSError as exc:
                 for tmp, _, _ in plan:
                     tmp.unlink(missing_ok=True)
-                (self.checkpoints / f"commit-{seq:08d}.json").unlink(missing_ok=True)  # abandoned: never recovered
+                intent_path.unlink(missing_ok=True)  # abandoned: never recovered
                 self._stats.inc(EXPORT_ERRORS, 1, exporter="lake")
                 log.error("lake: commit %d under %s failed (rows kept for the next attempt): %s", seq, self.root, exc)
                 return False

@@ -19,8 +19,8 @@ nothing in it is one the per-event rules would count, drop or convert: a time th
 finite or a negative duration, a name that is null or too long, a ``grid`` not of three, an event
 of a category nothing reads and that is not known to hold no GPU work (``Unrecognised`` counts
 those), bytes that are not UTF-8. Where a rule tells a key that is null from one that is absent
-(``External id`` before ``external id``, a collective's arguments), a window holding a JSON
-``null`` is refused too. A refused window is read as dicts (``kineto_events.collect``), as before.
+(``External id`` before ``external id``, a collective's arguments) and such keys are in it, a
+window holding a JSON ``null`` is refused too. A refused window is read as dicts (``kineto_events.collect``), as before.
 What this path accepts and orjson would not, it reads as the window-by-window salvage would (the
 standard library keeps an event with ``NaN`` in a field not read), except nesting: a field not read
 may nest deeper than orjson's 1024 levels (Arrow's parser is iterative; the window's size bounds
@@ -108,7 +108,7 @@ class WindowReader:
         a = np.frombuffer(text, np.uint8)
         if n and int(a.max()) >= 0x80:
             try:
-                bytes(text).decode()
+                str(text, "utf-8")
             except UnicodeDecodeError:  # orjson refuses the window; the salvage drops the event
                 return None
         commas = _between(a)
@@ -162,7 +162,7 @@ def fold(t: pa.Table, raw: memoryview, skipped: Counter[str], out: Events) -> bo
     ts, dur = _floats(cols["ts"].filter(known)), _floats(cols["dur"].filter(known))
     if not (np.isfinite(ts).all() and np.isfinite(dur).all() and (dur >= 0).all()):
         return False  # bad_time
-    plan = _Plan(t, cols, raw)
+    plan = _Plan(cols, raw)
     if not plan.gpu(rows.get("gpu")) or not plan.launch(rows.get("launch")) or not plan.op(rows.get("op")):
         return False
     plan.meta(pc.fill_null(pc.equal(ph, "M"), False))
@@ -174,8 +174,7 @@ def fold(t: pa.Table, raw: memoryview, skipped: Counter[str], out: Events) -> bo
 class _Plan:
     """What a window adds to ``Events``, checked whole before any of it is added (``commit``)."""
 
-    def __init__(self, t: pa.Table, cols: dict[str, pa.Array], raw: memoryview) -> None:
-        self.t = t
+    def __init__(self, cols: dict[str, pa.Array], raw: memoryview) -> None:
         self.cols = cols
         self.raw = raw
         self._no_null: bool | None = None
@@ -193,6 +192,15 @@ class _Plan:
 
     def col(self, key: str, mask: pa.Array) -> pa.Array:
         return self.cols[key].filter(mask)
+
+    def dicts(self, mask: pa.Array) -> list[dict[str, Any]]:
+        """The events ``mask`` picks back as dicts of the fields read (absent where null), for the per-event rules."""
+        out = []
+        for row in pa.table(self.cols).filter(mask).to_pylist():
+            ev = {k: v for k, v in row.items() if v is not None and not k.startswith("args.")}
+            ev["args"] = {k[5:]: v for k, v in row.items() if v is not None and k.startswith("args.")}
+            out.append(ev)
+        return out
 
     def no_null(self) -> bool:
         """Whether the window holds no JSON ``null`` (so a null column value is an absent key)."""
@@ -228,7 +236,7 @@ class _Plan:
         if comm:
             if not self.no_null():
                 return False
-            self.comm_kernels = _dicts(self.t.filter(pc.and_(mask, pc.is_in(self.cols["name"], pa.array(comm, STR)))))
+            self.comm_kernels = self.dicts(pc.and_(mask, pc.is_in(self.cols["name"], pa.array(comm, STR))))
         self.gpu_cols = cols
         self.lanes = _distinct(lane)
         return True
@@ -260,10 +268,10 @@ class _Plan:
             if not self.no_null():
                 return False
             comm = pc.fill_null(pc.equal(self.cols["name"], PARAM_COMMS), False)
-            self.comm_ops = _dicts(self.t.filter(pc.and_(mask, comm)))
+            self.comm_ops = self.dicts(pc.and_(mask, comm))
         steps = pc.fill_null(pc.starts_with(self.cols["name"], STEP_PREFIX), False)
         if pc.any(pc.and_(mask, steps)).as_py():
-            self.step_ops = _dicts(self.t.filter(pc.and_(mask, steps)))
+            self.step_ops = self.dicts(pc.and_(mask, steps))
         self.op_pids = _distinct(self.col("pid", mask))
         ext = self.col("args.External id", mask)
         both = pc.and_(ext.is_valid(), names.is_valid())
@@ -277,14 +285,14 @@ class _Plan:
 
     def meta(self, mask: pa.Array) -> None:
         if pc.any(mask).as_py():
-            self.meta_events = _dicts(self.t.filter(mask))
+            self.meta_events = self.dicts(mask)
 
     def steps(self, mask: pa.Array | None) -> None:
         if mask is None:
             return
         steps = pc.and_(mask, pc.fill_null(pc.starts_with(self.cols["name"], STEP_PREFIX), False))
         if pc.any(steps).as_py():
-            self.step_anns = _dicts(self.t.filter(steps))
+            self.step_anns = self.dicts(steps)
 
     def commit(self, out: Events, skipped: Counter[str], ends: np.ndarray) -> None:
         """Add what was checked, in ``collect``'s order."""
@@ -341,13 +349,3 @@ def _dims(values: pa.Array) -> list[pa.Array] | None:
     if pc.any(pc.not_equal(lengths, 3)).as_py():
         return None
     return [pc.list_element(values, k) for k in range(3)]
-
-
-def _dicts(rows: pa.Table) -> list[dict[str, Any]]:
-    """A few events back as dicts of the fields read (absent where null), for the per-event rules."""
-    out = []
-    for row in rows.to_pylist():
-        ev = {k: v for k, v in row.items() if v is not None and not k.startswith("args.")}
-        ev["args"] = {k[5:]: v for k, v in row.items() if v is not None and k.startswith("args.")}
-        out.append(ev)
-    return out
